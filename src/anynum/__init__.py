@@ -1,0 +1,93 @@
+"""anynum: run PyTorch models and array code in any number format, bit-exact.
+
+Importing anynum imports torch and numpy, never jax, dask or matplotlib; the
+heavier subpackages (``mc``, ``nn``, ``optim``, ``experiments``, ``compat``)
+load on first attribute access.
+
+>>> import anynum as an
+>>> import torch
+>>> an.quantize(torch.tensor([0.1, 300.0]), an.E4M3FN).tolist()
+[0.1015625, 288.0]
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from anynum.errors import AnynumError
+from anynum.formats import (
+    BF16,
+    E2M1,
+    E2M3,
+    E3M2,
+    E3M4,
+    E4M3,
+    E4M3FN,
+    E4M3FNUZ,
+    E5M2,
+    E5M2FNUZ,
+    E8M0,
+    FP16,
+    FP32,
+    FP64,
+    TF32,
+    FixedPoint,
+    FloatFormat,
+    Format,
+    FormatInfo,
+    IntFormat,
+    format,
+    list_formats,
+)
+from anynum.quantize import decode, dequantize_int, encode, quantize, quantize_int
+from anynum.rounding import Rounding
+
+__version__ = "0.1.0"
+
+_LAZY_SUBMODULES = ("mc", "nn", "optim", "experiments", "compat", "kernels", "formats")
+
+__all__ = [
+    "BF16",
+    "E2M1",
+    "E2M3",
+    "E3M2",
+    "E3M4",
+    "E4M3",
+    "E4M3FN",
+    "E4M3FNUZ",
+    "E5M2",
+    "E5M2FNUZ",
+    "E8M0",
+    "FP16",
+    "FP32",
+    "FP64",
+    "TF32",
+    "AnynumError",
+    "FixedPoint",
+    "FloatFormat",
+    "Format",
+    "FormatInfo",
+    "IntFormat",
+    "Rounding",
+    "__version__",
+    "decode",
+    "dequantize_int",
+    "encode",
+    "format",
+    "list_formats",
+    "quantize",
+    "quantize_int",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        module = importlib.import_module(f"anynum.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'anynum' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | set(_LAZY_SUBMODULES))

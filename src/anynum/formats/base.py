@@ -1,0 +1,219 @@
+"""The abstract `Format` and its numpy.finfo-like summary `FormatInfo`.
+
+A Format is immutable data (frozen dataclass: hashable, comparable by value,
+readable repr) plus derived properties. It says *which values exist* and how
+they are laid out as bit codes; how to round onto them lives in
+`anynum.rounding` and `anynum.kernels`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+
+from anynum.errors import FormatError
+
+if TYPE_CHECKING:
+    from anynum.rounding import RoundingLike
+
+__all__ = ["MAX_ENUMERABLE_BITS", "Format", "FormatInfo", "OverflowPolicy"]
+
+#: ``values()`` enumerates every code; beyond this width that is too many.
+MAX_ENUMERABLE_BITS = 16
+
+OverflowPolicy = str  # "saturate" | "inf" | "nan" | "wrap" (fixed point only)
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    """A numpy.finfo-style summary of a format's range and precision.
+
+    >>> import anynum as an
+    >>> an.E4M3FN.info.max
+    448.0
+    """
+
+    bits: int
+    max: float
+    smallest_normal: float
+    smallest_subnormal: float
+    eps: float
+    emin: int
+    emax: int
+    precision: int
+    has_inf: bool
+    has_nan: bool
+    has_negative_zero: bool
+    signed: bool
+    default_overflow: str
+
+
+@dataclass(frozen=True)
+class Format:
+    """Abstract base of every number format.
+
+    Subclasses are frozen dataclasses: two formats with the same parameters are
+    equal and hash alike whatever their display name. Concrete families:
+    `FloatFormat`, `FixedPoint`, `IntFormat` (and, in later modules, posits,
+    tables and block formats).
+    """
+
+    name: str | None = field(default=None, compare=False, kw_only=True)
+
+    #: Overflow policies this family understands (checked by `check_overflow`).
+    overflow_policies: ClassVar[tuple[str, ...]] = ("saturate", "inf", "nan")
+
+    # --- properties every family provides -------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Width of one code in bits."""
+        raise NotImplementedError
+
+    @property
+    def max(self) -> float:
+        """Largest finite value."""
+        raise NotImplementedError
+
+    @property
+    def smallest_normal(self) -> float:
+        """Smallest positive normal value (the smallest positive value where there are no subnormals)."""
+        raise NotImplementedError
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """Smallest positive value."""
+        raise NotImplementedError
+
+    @property
+    def eps(self) -> float:
+        """Distance from 1.0 to the next larger value."""
+        raise NotImplementedError
+
+    @property
+    def emin(self) -> int:
+        """Exponent of `smallest_normal` (floor(log2))."""
+        return math.floor(math.log2(self.smallest_normal))
+
+    @property
+    def emax(self) -> int:
+        """Exponent of `max` (floor(log2))."""
+        return math.floor(math.log2(self.max))
+
+    @property
+    def precision(self) -> int:
+        """Significand bits, hidden bit included."""
+        raise NotImplementedError
+
+    @property
+    def has_inf(self) -> bool:
+        return False
+
+    @property
+    def has_nan(self) -> bool:
+        return False
+
+    @property
+    def has_negative_zero(self) -> bool:
+        return False
+
+    @property
+    def signed(self) -> bool:  # overridden by families that store a `signed` field
+        return True
+
+    @property
+    def default_overflow(self) -> str:
+        """The overflow policy used when ``quantize(..., overflow=None)``."""
+        return "inf" if self.has_inf else "saturate"
+
+    @property
+    def info(self) -> FormatInfo:
+        """All finfo-style properties at once."""
+        return FormatInfo(
+            bits=self.bits,
+            max=self.max,
+            smallest_normal=self.smallest_normal,
+            smallest_subnormal=self.smallest_subnormal,
+            eps=self.eps,
+            emin=self.emin,
+            emax=self.emax,
+            precision=self.precision,
+            has_inf=self.has_inf,
+            has_nan=self.has_nan,
+            has_negative_zero=self.has_negative_zero,
+            signed=self.signed,
+            default_overflow=self.default_overflow,
+        )
+
+    # --- codes ------------------------------------------------------------------------------
+    def decode(self, codes: Any) -> Any:
+        """Values (float64) of integer codes; NaN codes decode to NaN.
+
+        Accepts and returns a torch tensor or a NumPy array (or a Python int).
+        """
+        from anynum.quantize import decode
+
+        return decode(codes, self)
+
+    def encode(self, x: Any, rounding: RoundingLike = "nearest", **kwargs: Any) -> Any:
+        """Round `x` onto the format and return its integer codes (int64).
+
+        Keyword arguments are those of `anynum.quantize`.
+        """
+        from anynum.quantize import encode
+
+        return encode(x, self, rounding, **kwargs)
+
+    def values(self) -> np.ndarray:
+        """Every finite value, sorted ascending, distinct, as float64 (formats up to 16 bits).
+
+        >>> import anynum as an
+        >>> an.E2M1.values().tolist()
+        [-6.0, -4.0, -3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+        """
+        if self.bits > MAX_ENUMERABLE_BITS:
+            raise FormatError(
+                f"values() enumerates formats of at most {MAX_ENUMERABLE_BITS} bits; "
+                f"{self!r} has {self.bits}. Use .info for its range instead."
+            )
+        codes = torch.arange(1 << self.bits, dtype=torch.int64)
+        vals = self._decode_torch(codes)
+        vals = vals[torch.isfinite(vals)]
+        # -0.0 and 0.0 are one value; unique keeps the first it sees.
+        return np.unique(vals.numpy() + 0.0)
+
+    # --- hooks for subclasses ------------------------------------------------------------
+    def _decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
+        """float64 values of int64 codes (every code valid for the format)."""
+        raise NotImplementedError
+
+    def _encode_torch(self, y: torch.Tensor) -> torch.Tensor:
+        """int64 codes of float64 values already on the grid."""
+        raise NotImplementedError
+
+    def check_overflow(self, overflow: str | None) -> str:
+        """Resolve ``overflow=None`` to the default and validate an explicit policy."""
+        if overflow is None:
+            return self.default_overflow
+        if overflow not in self.overflow_policies:
+            raise FormatError(
+                f"overflow={overflow!r} is not a policy of {self!r}; "
+                f"expected one of {self.overflow_policies}."
+            )
+        if overflow == "inf" and not self.has_inf:
+            raise FormatError(
+                f"overflow='inf' needs a format with infinities, and {self!r} has none; "
+                "use overflow='saturate' or 'nan'."
+            )
+        if overflow == "nan" and not self.has_nan:
+            raise FormatError(
+                f"overflow='nan' needs a format with a NaN code, and {self!r} has none; "
+                "use overflow='saturate'."
+            )
+        return overflow
+
+    def display_name(self) -> str:
+        return self.name if self.name is not None else repr(self)

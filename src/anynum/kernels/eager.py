@@ -1,0 +1,137 @@
+"""The reference rounding kernels: plain eager PyTorch, written for clarity.
+
+`round_to_format` is a single-dispatch function over format families; each
+kernel receives the input already converted to its working dtype (float32 or
+float64, chosen by `working_dtype`) and returns values on the format's grid in
+that dtype. Later format families register their kernels here too.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from anynum._bits import floor_log2, layout, ldexp
+from anynum.formats.base import Format
+from anynum.formats.fixed import UniformFormat
+from anynum.formats.floating import FloatFormat
+from anynum.rounding import RandomSource, Rounding, round_scaled
+
+__all__ = ["apply_overflow", "round_to_format", "working_dtype"]
+
+
+@functools.singledispatch
+def working_dtype(fmt: Format, dtype: torch.dtype) -> torch.dtype:
+    """Working dtype in which rounding `dtype` inputs onto `fmt` is exact."""
+    return torch.float64
+
+
+@working_dtype.register
+def _(fmt: FloatFormat, dtype: torch.dtype) -> torch.dtype:
+    if dtype == torch.float64 or fmt.man_bits > 23 or fmt.emin > 100:
+        return torch.float64
+    return torch.float32
+
+
+@working_dtype.register
+def _(fmt: UniformFormat, dtype: torch.dtype) -> torch.dtype:
+    if dtype == torch.float64 or fmt.bits > 24 or not -126 <= fmt.step_exp <= 100:
+        return torch.float64
+    return torch.float32
+
+
+@functools.singledispatch
+def round_to_format(
+    fmt: Format,
+    x: torch.Tensor,
+    mode: Rounding,
+    overflow: str,
+    rng: RandomSource | None,
+    rand_bits: int | None,
+) -> torch.Tensor:
+    """Round `x` (float32/float64 working dtype) onto `fmt`'s grid; see `anynum.quantize`."""
+    raise NotImplementedError(f"no rounding kernel for {type(fmt).__name__}")
+
+
+def apply_overflow(
+    y: torch.Tensor, x: torch.Tensor, limit: float, mode: Rounding, overflow: str
+) -> torch.Tensor:
+    """Replace results with |y| > limit per the overflow policy (IEEE 754 rules).
+
+    "saturate" gives ±limit. Under "inf" (and "nan", where NaN stands in for
+    infinity), finite inputs that overflow go to ±inf (NaN) in round-to-nearest
+    and stochastic modes and in the direction of a directed mode, and to
+    ±limit otherwise (toward zero, odd, and the far side of up/down); ±inf
+    inputs go to ±inf (NaN).
+    """
+    over = torch.abs(y) > limit
+    signed_limit = torch.copysign(torch.full_like(y, limit), x)
+    if overflow == "saturate":
+        return torch.where(over, signed_limit, y)
+    if mode is Rounding.TOWARD_ZERO or mode is Rounding.ODD:
+        to_inf = torch.isinf(x)
+    elif mode is Rounding.UP:
+        to_inf = torch.isinf(x) | (x > 0)
+    elif mode is Rounding.DOWN:
+        to_inf = torch.isinf(x) | (x < 0)
+    else:
+        to_inf = torch.ones_like(over)
+    if overflow == "nan":  # NaN takes the place of infinity in formats that have none
+        beyond = torch.full_like(y, torch.nan)
+    else:
+        beyond = torch.copysign(torch.full_like(y, torch.inf), x)
+    return torch.where(over, torch.where(to_inf, beyond, signed_limit), y)
+
+
+@round_to_format.register
+def _round_float(
+    fmt: FloatFormat,
+    x: torch.Tensor,
+    mode: Rounding,
+    overflow: str,
+    rng: RandomSource | None,
+    rand_bits: int | None,
+) -> torch.Tensor:
+    lay = layout(x.dtype)
+    a = torch.abs(x)
+    finite_nonzero = torch.isfinite(a) & (a > 0)
+    e = floor_log2(torch.where(finite_nonzero, a, torch.ones_like(a)))
+    k = torch.clamp(e, min=fmt.emin) - fmt.man_bits  # exponent of the grid step at |x|
+    if not fmt.subnormals:
+        # Below the smallest normal the grid is {0, smallest_normal}: one step of that size.
+        k = torch.where(a < fmt.smallest_normal, torch.full_like(k, fmt.emin), k)
+    # Below the working type's own resolution the input is already on the grid.
+    k = torch.clamp(k, min=lay.quantum_min)
+    r = round_scaled(ldexp(x, -k), mode, rng, rand_bits)
+    y = torch.copysign(ldexp(r, k), x)  # copysign keeps -0 for negatives rounded to zero
+    if not fmt.zero:
+        smallest = torch.copysign(torch.full_like(y, fmt.smallest_normal), x)
+        y = torch.where(y == 0, smallest, y)
+    y = apply_overflow(y, x, fmt.max, mode, overflow)
+    if not fmt.has_negative_zero:
+        y = torch.where(y == 0, torch.zeros_like(y), y)
+    if not fmt.signed:  # -0 is zero; anything negative has no value here
+        y = torch.where(x < 0, torch.full_like(y, torch.nan), torch.abs(y))
+    return y
+
+
+@round_to_format.register
+def _round_uniform(
+    fmt: UniformFormat,
+    x: torch.Tensor,
+    mode: Rounding,
+    overflow: str,
+    rng: RandomSource | None,
+    rand_bits: int | None,
+) -> torch.Tensor:
+    step = torch.full((), fmt.step_exp, dtype=torch.int64, device=x.device)
+    r = round_scaled(ldexp(x, -step), mode, rng, rand_bits)
+    if overflow == "wrap":
+        modulus = float(1 << fmt.bits)
+        w = torch.fmod(r - fmt.code_min, modulus)  # exact
+        r = torch.where(w < 0, w + modulus, w) + fmt.code_min
+    else:
+        r = torch.clamp(r, fmt.code_min, fmt.code_max)
+    y = ldexp(r, step)
+    return torch.where(y == 0, torch.zeros_like(y), y)  # two's complement has no -0
