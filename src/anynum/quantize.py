@@ -17,7 +17,7 @@ from anynum.errors import InputError, RepresentabilityError
 from anynum.formats.base import Format
 from anynum.formats.fixed import IntFormat
 from anynum.formats.registry import format as lookup_format
-from anynum.kernels.eager import round_to_format, working_dtype
+from anynum.kernels import round_to_format, working_dtype
 from anynum.rounding import (
     RandomSource,
     Rounding,

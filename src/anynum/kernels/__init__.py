@@ -1,4 +1,7 @@
-"""How rounding runs: the eager torch reference kernels (and, later, fused paths and adapters)."""
+"""How rounding runs: the eager torch reference kernels, one module per format family.
+
+Importing this package registers every family's kernel with `round_to_format`.
+"""
 
 from anynum.kernels.eager import apply_overflow, round_to_format, working_dtype
 
