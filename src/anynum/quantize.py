@@ -17,7 +17,7 @@ from anynum.errors import InputError, RepresentabilityError
 from anynum.formats.base import Format
 from anynum.formats.fixed import IntFormat
 from anynum.formats.registry import format as lookup_format
-from anynum.kernels import round_to_format, working_dtype
+from anynum.kernels import fused_round, round_to_format, use_fused, working_dtype
 from anynum.rounding import (
     RandomSource,
     Rounding,
@@ -148,19 +148,30 @@ def _quantize_tensor(
 ) -> torch.Tensor:
     _check_tensor(x)
     check_representable(fmt, x.dtype)
+    if out is not None and (
+        not isinstance(out, torch.Tensor)
+        or out.shape != x.shape
+        or out.dtype != x.dtype
+        or out.device != x.device
+    ):
+        raise InputError(
+            "out= must be a tensor of the input's shape, dtype and device; got "
+            f"{getattr(out, 'shape', None)}/{getattr(out, 'dtype', None)}/{getattr(out, 'device', None)} "
+            f"for input {tuple(x.shape)}/{x.dtype}/{x.device}."
+        )
     wdt = working_dtype(fmt, x.dtype)
     with torch.no_grad():
-        y = round_to_format(fmt, x.detach().to(wdt), mode, overflow, rng, rand_bits).to(x.dtype)
-    if out is not None:
-        if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-            raise InputError(
-                "out= must be a tensor of the input's shape, dtype and device; got "
-                f"{getattr(out, 'shape', None)}/{getattr(out, 'dtype', None)}/{getattr(out, 'device', None)} "
-                f"for input {tuple(x.shape)}/{x.dtype}/{x.device}."
-            )
-        with torch.no_grad():
+        xw = x.detach().to(wdt)
+        if use_fused(xw, rng):
+            if out is not None and out.dtype == wdt:
+                return fused_round(fmt, xw, mode, overflow, rng, rand_bits, out)
+            y = fused_round(fmt, xw, mode, overflow, rng, rand_bits)
+        else:
+            y = round_to_format(fmt, xw, mode, overflow, rng, rand_bits)
+        y = y.to(x.dtype)
+        if out is not None:
             out.copy_(y)
-        return out
+            return out
     if x.requires_grad and torch.is_grad_enabled():
         return _StraightThrough.apply(x, y)
     return y
@@ -199,7 +210,7 @@ def quantize(
     not fit the input dtype (no silent double rounding).
 
     >>> import anynum as an, torch
-    >>> an.quantize(torch.tensor([1.0 + 2**-9, 70000.0, -1e-9]), "fp16").tolist()
+    >>> an.quantize(torch.tensor([1.0 + 2**-11, 70000.0, -1e-9]), "fp16").tolist()
     [1.0, inf, -0.0]
     >>> an.quantize(torch.tensor([70000.0]), an.FP16, overflow="saturate").tolist()
     [65504.0]
@@ -220,7 +231,7 @@ def quantize(
                 f"quantize needs a float16/float32/float64 NumPy array, got dtype {arr.dtype}; "
                 "convert it first, e.g. x.astype(np.float32)."
             )
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        t = torch.from_numpy(arr if arr.ndim == 0 else np.ascontiguousarray(arr))
         rng = make_random_source(generator, seed, t.device) if mode.is_stochastic else None
         if out is not None:
             if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype:
@@ -228,8 +239,8 @@ def quantize(
             res = _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, None)
             np.copyto(out, res.numpy())
             return out
-        res = _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, None).numpy()
-        return res if isinstance(x, np.ndarray) else res[()]
+        values = _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, None).numpy()
+        return values if isinstance(x, np.ndarray) else values[()]
     raise InputError(
         f"quantize accepts torch tensors and NumPy arrays, got {type(x).__module__}.{type(x).__name__}."
     )
@@ -251,7 +262,7 @@ def encode(
     if isinstance(y, torch.Tensor):
         return fmt._encode_torch(y.detach().to(torch.float64))
     codes = fmt._encode_torch(torch.from_numpy(np.asarray(y, dtype=np.float64)))
-    return codes.numpy() if isinstance(y, np.ndarray) else int(codes)
+    return codes.numpy() if isinstance(y, np.ndarray) else int(codes.item())
 
 
 def decode(codes: Any, fmt: Format | str) -> Any:
@@ -277,7 +288,7 @@ def decode(codes: Any, fmt: Format | str) -> Any:
     values = fmt._decode_torch(t)
     if isinstance(codes, torch.Tensor):
         return values
-    return values.numpy() if isinstance(codes, np.ndarray) else float(values)
+    return float(values.item()) if np.isscalar(codes) else values.numpy()
 
 
 # --- scale / zero-point integer quantization --------------------------------------------------
@@ -316,16 +327,17 @@ def quantize_int(
 
     >>> import torch, anynum as an
     >>> q = an.quantize_int(torch.tensor([-1.0, 0.5, 2.0]), 8)
-    >>> q.codes.tolist(), float(q.scale)
-    ([-64, 32, 127], 0.015748031496062992)
-    >>> an.dequantize_int(q).tolist()
-    [-1.0078740157480315, 0.5039370078740157, 2.0]
+    >>> q.codes.tolist(), round(float(q.scale) * 127, 6)
+    ([-64, 32, 127], 2.0)
+    >>> [round(v, 4) for v in an.dequantize_int(q).tolist()]
+    [-1.0079, 0.5039, 2.0]
     """
-    if isinstance(fmt, int) and not isinstance(fmt, bool):
-        fmt = IntFormat(fmt)
-    fmt = lookup_format(fmt) if isinstance(fmt, str) else fmt
-    if not isinstance(fmt, IntFormat):
+    int_fmt: Format | int = fmt if not isinstance(fmt, str) else lookup_format(fmt)
+    if isinstance(int_fmt, int) and not isinstance(int_fmt, bool):
+        int_fmt = IntFormat(int_fmt)
+    if not isinstance(int_fmt, IntFormat):
         raise InputError(f"quantize_int needs an IntFormat (or bit width), got {fmt!r}.")
+    fmt = int_fmt
     if not isinstance(x, torch.Tensor):
         raise InputError(f"quantize_int needs a torch tensor, got {type(x).__name__}.")
     _check_tensor(x)
@@ -349,7 +361,9 @@ def quantize_int(
             return torch.zeros(shape, dtype=t.dtype)
         if not reduce_dims:
             return t
-        return t.amax(dim=reduce_dims, keepdim=True) if op == "amax" else t.amin(dim=reduce_dims, keepdim=True)
+        if op == "amax":
+            return t.amax(dim=reduce_dims, keepdim=True)
+        return t.amin(dim=reduce_dims, keepdim=True)
 
     qmin, qmax = float(fmt.code_min), float(fmt.code_max)
     if symmetric:

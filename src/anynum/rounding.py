@@ -11,7 +11,8 @@ of the format's code whenever the format has at least one mantissa bit; for
 ``man_bits == 0`` (E8M0) it means ties go to the larger power of two, as in
 ml_dtypes (gfloat picks the even *code* instead; see docs/semantics.md).
 
-Stochastic rounding with ``rand_bits=None`` is exact: an infinitely precise
+Stochastic decisions are taken on the magnitude (with the same random bits,
+SR(-x) = -SR(x)). Stochastic rounding with ``rand_bits=None`` is exact: an infinitely precise
 uniform u in [0, 1) is compared with the fractional part f of ``s``, 53 bits at
 a time, so P(up) = f exactly and E[SR(x)] = x. With ``rand_bits=r`` it is the
 hardware scheme: add r random bits below the last kept bit and truncate the
@@ -23,7 +24,6 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 import torch
@@ -31,10 +31,11 @@ import torch
 from anynum.errors import AnynumError
 
 __all__ = [
+    "CounterRandom",
     "RandomSource",
     "Rounding",
     "RoundingLike",
-    "TorchRandom",
+    "counter_bits",
     "make_random_source",
     "parse_rounding",
     "round_scaled",
@@ -77,7 +78,7 @@ class Rounding(enum.Enum):
         return self not in (Rounding.UP, Rounding.DOWN) and not self.is_stochastic
 
 
-RoundingLike = Union[Rounding, str]
+RoundingLike = Rounding | str
 
 _ALIASES: dict[str, Rounding] = {
     "nearest": Rounding.NEAREST_EVEN,
@@ -131,29 +132,89 @@ def parse_rounding(value: RoundingLike) -> Rounding:
 
 # --- random bits ---------------------------------------------------------------------------
 
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+def _signed64(v: int) -> int:
+    v &= _MASK64
+    return v - (1 << 64) if v >> 63 else v
+
+
+def _splitmix64_int(z: int) -> int:
+    """SplitMix64 finaliser on a Python int (the scalar twin of `_splitmix64`)."""
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _lsr(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns.
+
+    ``int(k)`` pins k to a constant under torch.compile: a symbolic k made
+    Inductor emit the mask as a 32-bit C++ shift, which wraps at 32.
+    """
+    k = int(k)
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def _splitmix64(z: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 finaliser on int64 tensors (wrapping arithmetic = arithmetic mod 2**64)."""
+    z = (z ^ _lsr(z, 30)) * _signed64(_MIX1)
+    z = (z ^ _lsr(z, 27)) * _signed64(_MIX2)
+    return z ^ _lsr(z, 31)
+
+
+def counter_bits(base: torch.Tensor | int, index: torch.Tensor, nbits: int) -> torch.Tensor:
+    """Uniform integers in [0, 2**nbits): the top bits of two SplitMix64 finaliser rounds of (index ^ base).
+
+    A pure function of (base, index): the same bits on any device, under
+    torch.compile, and whatever the number of threads. The index enters through
+    xor, not ``index * constant``: Inductor folds the latter into its loop
+    induction arithmetic, where int64 overflow is undefined behaviour in C++
+    and gave wrong bits in vector tails.
+    """
+    z = _splitmix64(index ^ base)
+    z = _splitmix64(z ^ _signed64(_GOLDEN))
+    return _lsr(z, 64 - nbits)
+
 
 class RandomSource:
-    """Supplies uniform random integers for stochastic rounding.
+    """Supplies uniform random integers for stochastic rounding, addressed by element index.
 
-    Draws go through one generator in a fixed order, so results depend only on
-    the seed and the input, never on the number of threads.
+    ``bits_at(index, nbits, stream)`` must be a pure function of its arguments,
+    so that results depend only on the seed and the input, never on threads,
+    chunking or the fused/eager path. Subclass it to inject known bits (tests).
     """
 
-    def integers(self, shape: torch.Size, bits: int, device: torch.device) -> torch.Tensor:
-        """int64 tensor of uniform integers in [0, 2**bits)."""
+    def bits_at(self, index: torch.Tensor, nbits: int, stream: int) -> torch.Tensor:
+        """int64 tensor shaped like `index`, uniform in [0, 2**nbits)."""
         raise NotImplementedError
 
+    def stream_base(self, stream: int) -> int | None:
+        """The int64 counter base of `stream` for `counter_bits`, or None if not counter-based."""
+        return None
 
-@dataclass
-class TorchRandom(RandomSource):
-    """Random integers from a `torch.Generator` (on the tensor's device)."""
+    def defer_undecided(self, undecided: torch.Tensor) -> bool:
+        """Hook for the fused path: take the undecided mask of exact stochastic rounding
+        instead of refining it now (return True), or let the caller refine (False)."""
+        return False
 
-    generator: torch.Generator | None
 
-    def integers(self, shape: torch.Size, bits: int, device: torch.device) -> torch.Tensor:
-        return torch.randint(
-            0, 1 << bits, shape, generator=self.generator, dtype=torch.int64, device=device
-        )
+@dataclass(frozen=True)
+class CounterRandom(RandomSource):
+    """Counter-based random bits (SplitMix64 of seed, stream and element index)."""
+
+    seed: int
+
+    def stream_base(self, stream: int) -> int:
+        return _signed64(_splitmix64_int(_splitmix64_int(self.seed) + stream))
+
+    def bits_at(self, index: torch.Tensor, nbits: int, stream: int) -> torch.Tensor:
+        return counter_bits(self.stream_base(stream), index, nbits)
 
 
 def make_random_source(
@@ -161,8 +222,9 @@ def make_random_source(
 ) -> RandomSource:
     """Build the random source for ``generator=`` / ``seed=`` (at most one may be given).
 
-    A NumPy Generator is accepted and seeds a torch generator from its stream, so
-    a NumPy Generator drives NumPy inputs reproducibly.
+    A torch or NumPy Generator yields one 63-bit seed per call (so successive
+    calls differ and the generator's state advances reproducibly); ``seed=``
+    fixes the bits; neither draws fresh entropy.
     """
     if generator is not None and seed is not None:
         raise AnynumError("pass either generator= or seed=, not both.")
@@ -174,21 +236,19 @@ def make_random_source(
                 f"generator is on {generator.device} but the tensor is on {device}; "
                 f"create it with torch.Generator(device={str(device)!r})."
             )
-        return TorchRandom(generator)
-    if isinstance(generator, np.random.Generator):
-        seed = int(generator.integers(0, 2**63 - 1))
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    elif isinstance(generator, np.random.Generator):
+        seed = int(generator.integers(0, 2**62))
     elif generator is not None:
         raise AnynumError(
-            f"generator must be a torch.Generator or numpy.random.Generator, got {type(generator).__name__}."
+            "generator must be a torch.Generator or numpy.random.Generator, "
+            f"got {type(generator).__name__}."
         )
     if seed is None:
-        # Fresh entropy, but still one stream per call: fork from Python's RNG.
-        seed = random.getrandbits(63)
+        seed = random.getrandbits(62)
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise AnynumError(f"seed must be an int, got {seed!r}.")
-    g = torch.Generator(device=device)
-    g.manual_seed(int(seed))
-    return TorchRandom(g)
+    return CounterRandom(int(seed))
 
 
 # --- the one implementation of each rule ----------------------------------------------------
@@ -196,31 +256,54 @@ def make_random_source(
 _EXACT_CHUNK_BITS = 53  # bits of the uniform variate compared per refinement round
 
 
+def element_index(s: torch.Tensor) -> torch.Tensor:
+    """Row-major element indices shaped like `s` (the random-stream address of each element)."""
+    return torch.arange(s.numel(), device=s.device, dtype=torch.int64).view(s.shape)
+
+
+def stochastic_first_round(
+    f: torch.Tensor, k: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """First 53-bit comparison of u = k * 2**-53 + ... with f: (up, undecided).
+
+    ``up`` is final where ``undecided`` is False; undecided elements (u and f
+    share their first 53 bits and f has more) need `stochastic_refine`.
+    """
+    t = f.to(torch.float64) * 2.0**_EXACT_CHUNK_BITS  # exact: power-of-two scaling
+    c = torch.floor(t)
+    ci = c.to(torch.int64)
+    return k < ci, (k == ci) & (t != c)
+
+
+def stochastic_refine(
+    f: torch.Tensor, up: torch.Tensor, undecided: torch.Tensor, rng: RandomSource
+) -> torch.Tensor:
+    """Resolve undecided elements by drawing further 53-bit chunks (stream = round number)."""
+    flat_up = up.reshape(-1).clone()
+    idx = torch.nonzero(undecided.reshape(-1)).reshape(-1)
+    t = f.reshape(-1)[idx].to(torch.float64) * 2.0**_EXACT_CHUNK_BITS
+    r = t - torch.floor(t)  # the bits of f below the 53 already compared (exact)
+    level = 0
+    while idx.numel():
+        level += 1
+        t = r * 2.0**_EXACT_CHUNK_BITS
+        c = torch.floor(t)
+        k = rng.bits_at(idx, _EXACT_CHUNK_BITS, level)
+        flat_up[idx] = k < c.to(torch.int64)
+        tie = (k == c.to(torch.int64)) & (t != c)
+        idx, r = idx[tie], (t - c)[tie]
+    return flat_up.view(up.shape)
+
+
 def _stochastic_exact_up(f: torch.Tensor, rng: RandomSource) -> torch.Tensor:
     """Bernoulli(f) for dyadic f in [0, 1), exactly: compare f with a lazily refined uniform u."""
-    f = f.to(torch.float64)
-    up = torch.zeros(f.shape, dtype=torch.bool, device=f.device)
-    undecided = f > 0
-    flat_f = f.reshape(-1)
-    k = rng.integers(f.shape, _EXACT_CHUNK_BITS, f.device).reshape(-1)
-    idx = torch.arange(flat_f.numel(), device=f.device)
-    scale = 2.0**_EXACT_CHUNK_BITS
-    flat_up = up.reshape(-1)
-    flat_und = undecided.reshape(-1)
-    t = flat_f[flat_und] * scale  # exact: power-of-two scaling
-    k = k[flat_und]
-    idx = idx[flat_und]
-    while True:
-        c = torch.floor(t)
-        flat_up[idx] = k < c.to(torch.int64)
-        tie = k == c.to(torch.int64)
-        # A tie (prob. 2**-53 per element) means u and f agree on these 53 bits: draw more.
-        if not bool(tie.any()):
-            break
-        t = (t[tie] - c[tie]) * scale
-        idx = idx[tie]
-        k = rng.integers(torch.Size([idx.numel()]), _EXACT_CHUNK_BITS, f.device)
-    return flat_up.reshape(f.shape)
+    k = rng.bits_at(element_index(f), _EXACT_CHUNK_BITS, 0)
+    up, undecided = stochastic_first_round(f, k)
+    if rng.defer_undecided(undecided):
+        return up
+    if bool(undecided.any()):
+        up = stochastic_refine(f, up, undecided, rng)
+    return up
 
 
 def round_scaled(
@@ -252,31 +335,32 @@ def round_scaled(
     if mode is Rounding.DOWN:
         return torch.floor(s)
 
-    lo = torch.floor(s)
-    f = s - lo  # exact
-    inexact = f > 0
-    if mode is Rounding.NEAREST_AWAY or mode is Rounding.NEAREST_ZERO:
-        # Ties: away from zero rounds up for s > 0 (lo + 1) and down for s < 0 (lo).
-        tie_up = (s > 0) if mode is Rounding.NEAREST_AWAY else (s < 0)
-        up = (f > 0.5) | ((f == 0.5) & tie_up)
+    # The other modes decide on the magnitude: a - floor(a) is exact for a >= 0,
+    # while s - floor(s) is not for s in (-1, 0) (1 - |s| may need more bits).
+    a = torch.abs(s)
+    lo = torch.floor(a)
+    f = a - lo
+    if mode is Rounding.NEAREST_AWAY:
+        away = f >= 0.5
+    elif mode is Rounding.NEAREST_ZERO:
+        away = f > 0.5
     elif mode is Rounding.ODD:
-        lo_is_even = torch.remainder(lo, 2) == 0
-        up = inexact & lo_is_even
+        away = (f > 0) & (torch.remainder(lo, 2) == 0)
     elif mode is Rounding.STOCHASTIC_UNIFORM:
         if rng is None:
             raise AnynumError("stochastic rounding needs a random source (generator= or seed=).")
-        coin = rng.integers(s.shape, 1, s.device).bool()
-        up = inexact & coin
+        away = (f > 0) & rng.bits_at(element_index(s), 1, 0).bool()
     elif mode is Rounding.STOCHASTIC:
         if rng is None:
             raise AnynumError("stochastic rounding needs a random source (generator= or seed=).")
-        if rand_bits is None:
-            up = _stochastic_exact_up(f, rng)
-        else:
+        if rand_bits is not None:
             return _stochastic_truncating(s, rng, rand_bits)
+        # Away from zero with probability f: the value-space rule P(up) = s - floor(s)
+        # seen from the magnitude, for either sign.
+        away = _stochastic_exact_up(f, rng)
     else:  # pragma: no cover - every member is handled above
         raise AssertionError(mode)
-    return lo + up.to(s.dtype)
+    return torch.copysign(lo + away.to(s.dtype), s)
 
 
 def _stochastic_truncating(s: torch.Tensor, rng: RandomSource, rand_bits: int) -> torch.Tensor:
@@ -284,6 +368,6 @@ def _stochastic_truncating(s: torch.Tensor, rng: RandomSource, rand_bits: int) -
     a = torch.abs(s)
     lo = torch.floor(a)
     frac_scaled = torch.floor(((a - lo).to(torch.float64)) * 2.0**rand_bits).to(torch.int64)
-    r = rng.integers(s.shape, rand_bits, s.device)
-    up = (frac_scaled + r) >= (1 << rand_bits)
+    r = rng.bits_at(element_index(s), rand_bits, 0)
+    up = (frac_scaled + r) >= (1 << int(rand_bits))
     return torch.copysign(lo + up.to(s.dtype), s)

@@ -21,6 +21,7 @@ results below the smallest value saturate to it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -114,6 +115,11 @@ class FloatFormat(Format):
                 f"{self.max_exponent_value()}, smallest step 2**{self.min_quantum_exponent()}); "
                 "reduce the bias or exp_bits."
             )
+        if self.min_quantum_exponent() > 0:
+            raise FormatError(
+                f"{self!r} has a smallest step of 2**{self.min_quantum_exponent()} > 1; "
+                "formats whose grid starts above 1 are not supported (raise the bias)."
+            )
         if self.max <= 0 or not math.isfinite(self.max):
             raise FormatError(f"{self!r} has no finite positive values.")
 
@@ -159,11 +165,11 @@ class FloatFormat(Format):
         return self.emin - (self.man_bits if self.subnormals else 0)
 
     # --- finfo-style properties ---------------------------------------------------------------
-    @property
+    @functools.cached_property
     def emin(self) -> int:
         return (0 if not self.zero else 1) - self._bias
 
-    @property
+    @functools.cached_property
     def emax(self) -> int:
         return self.max_exponent_value()
 
@@ -171,19 +177,23 @@ class FloatFormat(Format):
     def precision(self) -> int:
         return self.man_bits + 1
 
-    @property
-    def max(self) -> float:
-        return float(self._decode_torch(torch.tensor([self._top_finite_magnitude_code()]))[0])
+    @functools.cached_property
+    def max(self) -> float:  # type: ignore[override]
+        code = self._top_finite_magnitude_code()
+        e_field, frac = code >> self.man_bits, code & self._man_mask
+        if e_field == 0 and self.zero:
+            return math.ldexp(frac, self.emin - self.man_bits)
+        return math.ldexp((1 << self.man_bits) | frac, e_field - self._bias - self.man_bits)
 
-    @property
+    @functools.cached_property
     def smallest_normal(self) -> float:
         return math.ldexp(1.0, self.emin)
 
-    @property
+    @functools.cached_property
     def smallest_subnormal(self) -> float:
         return math.ldexp(1.0, self.min_quantum_exponent())
 
-    @property
+    @functools.cached_property
     def eps(self) -> float:
         return math.ldexp(1.0, -self.man_bits)
 
@@ -193,7 +203,8 @@ class FloatFormat(Format):
 
     @property
     def has_nan(self) -> bool:
-        return self.specials != "none"
+        # An IEEE-style format without fraction bits has only inf in its top binade.
+        return self.specials != "none" and not (self.specials == "ieee" and self.man_bits == 0)
 
     @property
     def has_negative_zero(self) -> bool:
@@ -202,6 +213,8 @@ class FloatFormat(Format):
     # --- codes ------------------------------------------------------------------------------
     def _nan_code(self) -> int:
         mag = self._magnitude_mask
+        if not self.has_nan:
+            raise FormatError(f"{self.display_name()} has no NaN code; the input holds NaN.")
         if self.specials == "ieee":
             return (self._exp_field_max << self.man_bits) | (1 << max(self.man_bits - 1, 0))
         if self.specials == "fnuz" or (self.specials == "p3109" and self.signed):
@@ -272,6 +285,8 @@ class FloatFormat(Format):
             code = code | (sign.to(torch.int64) << (self.bits - 1))
         if self.has_nan:
             code = torch.where(torch.isnan(y), self._nan_code(), code)
+        elif bool(torch.isnan(y).any()):
+            raise FormatError(f"{self.display_name()} has no NaN code; the input holds NaN.")
         return code
 
     def __repr__(self) -> str:

@@ -4,5 +4,13 @@ Importing this package registers every family's kernel with `round_to_format`.
 """
 
 from anynum.kernels.eager import apply_overflow, round_to_format, working_dtype
+from anynum.kernels.fused import compile_mode, fused_round, use_fused
 
-__all__ = ["apply_overflow", "round_to_format", "working_dtype"]
+__all__ = [
+    "apply_overflow",
+    "compile_mode",
+    "fused_round",
+    "round_to_format",
+    "use_fused",
+    "working_dtype",
+]

@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from anynum._bits import floor_log2, layout, ldexp
+from anynum._bits import layout, ldexp
 from anynum.formats.base import Format
 from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FloatFormat
@@ -29,7 +29,7 @@ def working_dtype(fmt: Format, dtype: torch.dtype) -> torch.dtype:
 
 @working_dtype.register
 def _(fmt: FloatFormat, dtype: torch.dtype) -> torch.dtype:
-    if dtype == torch.float64 or fmt.man_bits > 23 or fmt.emin > 100:
+    if dtype == torch.float64 or fmt.man_bits > 23:
         return torch.float64
     return torch.float32
 
@@ -69,12 +69,13 @@ def apply_overflow(
     signed_limit = torch.copysign(torch.full_like(y, limit), x)
     if overflow == "saturate":
         return torch.where(over, signed_limit, y)
+    x_inf = torch.abs(x) == torch.inf  # not torch.isinf: that one does not vectorize in Inductor
     if mode is Rounding.TOWARD_ZERO or mode is Rounding.ODD:
-        to_inf = torch.isinf(x)
+        to_inf = x_inf
     elif mode is Rounding.UP:
-        to_inf = torch.isinf(x) | (x > 0)
+        to_inf = x_inf | (x > 0)
     elif mode is Rounding.DOWN:
-        to_inf = torch.isinf(x) | (x < 0)
+        to_inf = x_inf | (x < 0)
     else:
         to_inf = torch.ones_like(over)
     if overflow == "nan":  # NaN takes the place of infinity in formats that have none
@@ -82,6 +83,31 @@ def apply_overflow(
     else:
         beyond = torch.copysign(torch.full_like(y, torch.inf), x)
     return torch.where(over, torch.where(to_inf, beyond, signed_limit), y)
+
+
+def float_grid_step(fmt: FloatFormat, a: torch.Tensor) -> torch.Tensor:
+    """The grid step (a power of two) of `fmt` at magnitudes `a`, in a's float dtype.
+
+    Read off the exponent bits (2**floor(log2 a) = a with its fraction bits
+    cleared), so it is exact and fuses well. Below the working type's own
+    resolution the step is clamped to that resolution: inputs there are already
+    on the grid. ±inf/NaN give inf.
+    """
+    lay = layout(a.dtype)
+    exp_mask = ((1 << lay.exp_bits) - 1) << lay.man_bits
+    binade = (a.view(lay.int_dtype) & exp_mask).view(a.dtype)  # 0 for zero and subnormals
+    if fmt.emin < lay.emin:
+        # The format's binades continue below the working type's normal range: lift
+        # subnormal inputs to read their exponent too.
+        lift = 2.0 ** (lay.man_bits + 2)
+        tiny_binade = ((a * lift).view(lay.int_dtype) & exp_mask).view(a.dtype) / lift
+        binade = torch.where(a < 2.0**lay.emin, tiny_binade, binade)
+    step = binade * 2.0**-fmt.man_bits
+    step = torch.clamp_min(step, 2.0 ** max(fmt.emin - fmt.man_bits, lay.quantum_min))
+    if not fmt.subnormals and fmt.emin >= lay.quantum_min:
+        # Below the smallest normal the grid is {0, smallest_normal}: one step of that size.
+        step = torch.where(a < fmt.smallest_normal, fmt.smallest_normal, step)
+    return step
 
 
 @round_to_format.register
@@ -93,21 +119,12 @@ def _round_float(
     rng: RandomSource | None,
     rand_bits: int | None,
 ) -> torch.Tensor:
-    lay = layout(x.dtype)
-    a = torch.abs(x)
-    finite_nonzero = torch.isfinite(a) & (a > 0)
-    e = floor_log2(torch.where(finite_nonzero, a, torch.ones_like(a)))
-    k = torch.clamp(e, min=fmt.emin) - fmt.man_bits  # exponent of the grid step at |x|
-    if not fmt.subnormals:
-        # Below the smallest normal the grid is {0, smallest_normal}: one step of that size.
-        k = torch.where(a < fmt.smallest_normal, torch.full_like(k, fmt.emin), k)
-    # Below the working type's own resolution the input is already on the grid.
-    k = torch.clamp(k, min=lay.quantum_min)
-    r = round_scaled(ldexp(x, -k), mode, rng, rand_bits)
-    y = torch.copysign(ldexp(r, k), x)  # copysign keeps -0 for negatives rounded to zero
+    step = float_grid_step(fmt, torch.abs(x))
+    r = round_scaled(x / step, mode, rng, rand_bits)  # x / step is exact: step is a power of two
+    y = torch.where(torch.abs(x) == torch.inf, x, r * step)
+    y = torch.copysign(y, x)  # keeps -0 for negatives rounded to zero
     if not fmt.zero:
-        smallest = torch.copysign(torch.full_like(y, fmt.smallest_normal), x)
-        y = torch.where(y == 0, smallest, y)
+        y = torch.where(y == 0, torch.copysign(torch.full_like(y, fmt.smallest_normal), x), y)
     y = apply_overflow(y, x, fmt.max, mode, overflow)
     if not fmt.has_negative_zero:
         y = torch.where(y == 0, torch.zeros_like(y), y)

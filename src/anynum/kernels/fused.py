@@ -1,0 +1,170 @@
+"""The fast path: the reference kernels compiled into one fused loop by torch.compile (Inductor).
+
+It runs *the same Python code* as the eager reference (`round_to_format`), so
+the two agree bit for bit by construction; tests check it anyway. Random bits
+come from the counter-based generator (`anynum.rounding.counter_bits`), which
+is a pure function of (seed, element index), so the fused loop draws them
+in-register and reproduces the eager bits exactly, whatever the thread count.
+
+Exact stochastic rounding compares 53 random bits per element in the fused
+loop; in the (probability 2**-53 per element) event that more bits are needed,
+the call is redone on the eager path, which refines them.
+
+Switch: ``ANYNUM_COMPILE=0`` forces the eager path, ``=1`` compiles for every
+size, unset ("auto") compiles only for tensors of at least ``ANYNUM_COMPILE_MIN``
+elements (default 262144), where the one-off compile pays for itself. Compiled
+kernels are cached in memory per (format, mode, overflow, rand_bits, dtype) and
+on disk by Inductor's own cache, so a later process starts warm.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from anynum.formats.base import Format
+from anynum.kernels.eager import round_to_format
+from anynum.rounding import RandomSource, Rounding, counter_bits
+
+__all__ = ["compile_mode", "fused_round", "own_code", "static_ints", "use_fused"]
+
+_DEFAULT_MIN_ELEMENTS = 1 << 18
+_failed: set[tuple[object, ...]] = set()
+
+
+def compile_mode() -> str:
+    """'0' (never), '1' (always) or 'auto', from the ANYNUM_COMPILE environment variable."""
+    value = os.environ.get("ANYNUM_COMPILE", "auto").strip().lower()
+    return value if value in ("0", "1") else "auto"
+
+
+def use_fused(x: torch.Tensor, rng: RandomSource | None) -> bool:
+    """Whether `x` should take the compiled path."""
+    mode = compile_mode()
+    if mode == "0" or (rng is not None and rng.stream_base(0) is None):
+        return False
+    if mode == "1":
+        return True
+    minimum = int(os.environ.get("ANYNUM_COMPILE_MIN", _DEFAULT_MIN_ELEMENTS))
+    return x.numel() >= minimum
+
+
+class _StreamZero(RandomSource):
+    """Counter bits of stream 0 from a base held in a tensor (so it is a graph input, not a constant)."""
+
+    def __init__(self, base: torch.Tensor):
+        self.base = base
+        self.undecided: torch.Tensor | None = None
+
+    def bits_at(self, index: torch.Tensor, nbits: int, stream: int) -> torch.Tensor:
+        assert stream == 0, "the fused path draws only the first round of random bits"
+        return counter_bits(self.base, index, nbits)
+
+    def defer_undecided(self, undecided: torch.Tensor) -> bool:
+        self.undecided = undecided
+        return True
+
+
+def _kernel_body(
+    fmt: Format, mode: Rounding, overflow: str, rand_bits: int | None, with_out: bool
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    def body(
+        x: torch.Tensor, base: torch.Tensor, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = _StreamZero(base)
+        y = round_to_format(fmt, x, mode, overflow, rng, rand_bits)
+        pending = rng.undecided.any() if rng.undecided is not None else torch.zeros((), dtype=torch.bool)
+        if out is not None:  # written inside the graph, so the fused loop stores straight into it
+            out.copy_(y)
+            return out, pending
+        return y, pending
+
+    return body
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(
+    fmt: Format,
+    mode: Rounding,
+    overflow: str,
+    rand_bits: int | None,
+    dtype: torch.dtype,
+    with_out: bool = False,
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    body = own_code(_kernel_body(fmt, mode, overflow, rand_bits, with_out))
+    return static_ints(torch.compile(body, dynamic=None, fullgraph=True))
+
+
+def static_ints(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """Call `compiled` with Python ints specialised (format constants must stay constants).
+
+    Without this, dynamo's automatic-dynamic profile (kept per source location,
+    even across processes) turns ints such as ``rand_bits`` into symbols after
+    it has seen two values, and Inductor 2.13 then emits ``1 << n`` as a 32-bit
+    C++ shift: wrong masks for n >= 32.
+    """
+
+    def call(*args: Any) -> Any:
+        with torch._dynamo.config.patch(specialize_int=True, automatic_dynamic_local_pgo=False):
+            return compiled(*args)
+
+    return call
+
+
+def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A copy of closure `fn` with its own code object, hence its own dynamo cache.
+
+    Dynamo caches compiled graphs per code object and guards on closure values;
+    closures of one code object that differ in an int (man_bits, rand_bits, ...)
+    would soon be recompiled with that int made symbolic, which is slower and
+    has produced wrong shift masks. One code object per kernel keeps every
+    format constant static; only tensor sizes become dynamic.
+    """
+    return types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+
+
+def fused_round(
+    fmt: Format,
+    x: torch.Tensor,
+    mode: Rounding,
+    overflow: str,
+    rng: RandomSource | None,
+    rand_bits: int | None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`round_to_format` through the compiled kernel, falling back to eager when needed.
+
+    With `out` (any float dtype that holds the results exactly), the result is
+    stored there directly and `out` is returned.
+    """
+    key = (fmt, mode, overflow, rand_bits, x.dtype, x.device.type, out is not None)
+    base_value = rng.stream_base(0) if rng is not None else 0
+    if key not in _failed and base_value is not None:  # only counter-based bits can be fused
+        base = torch.tensor(base_value, dtype=torch.int64, device=x.device)
+        kernel = _compiled(fmt, mode, overflow, rand_bits, x.dtype, out is not None)
+        try:
+            y, pending = kernel(x, base, out) if out is not None else kernel(x, base)
+        except Exception as exc:
+            _failed.add(key)
+            warnings.warn(
+                f"anynum: torch.compile failed for {fmt!r} ({type(exc).__name__}: {exc}); "
+                "using the eager path (set ANYNUM_COMPILE=0 to silence).",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        else:
+            if not bool(pending):
+                return y
+    y = round_to_format(fmt, x, mode, overflow, rng, rand_bits)
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y

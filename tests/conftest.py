@@ -1,0 +1,136 @@
+"""Shared, generic test helpers: hypothesis profiles, probe-point builders, value comparison.
+
+Helpers are exposed as session fixtures (not imported), so test folders without
+``__init__.py`` can use them whatever the import mode.
+
+Hypothesis profiles: ``ci`` (default, modest), ``dev`` and ``thorough``; pick one
+with ``ANYNUM_HYPOTHESIS_PROFILE=thorough pytest ...``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("dev", max_examples=200, deadline=None)
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("ANYNUM_HYPOTHESIS_PROFILE", "ci"))
+
+
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], dtype=np.float64)
+
+
+def grid_probes(grid: np.ndarray, *, top_step: float | None = None) -> dict[str, np.ndarray]:
+    """Probe inputs for rounding onto a grid of finite values (float64, any order, both signs ok).
+
+    Returns ``{"float32": ..., "float64": ...}``: the grid values and their
+    negatives, every midpoint of adjacent values (and between max and
+    ``max + top_step``, the first value past the top in an unbounded exponent
+    range, when `top_step` is given), the float32 (resp. float64) neighbours of
+    each midpoint (``np.nextafter``), and NaN, ±inf, ±0. float32 entries are
+    only those points exactly representable in float32, plus the float32
+    neighbours of each midpoint; values outside float32's range are dropped.
+    """
+    pos = np.unique(np.abs(np.asarray(grid, dtype=np.float64)))
+    pos = pos[np.isfinite(pos)]
+    ext = pos if top_step is None else np.append(pos, pos[-1] + top_step)
+    if ext[0] > 0:
+        ext = np.insert(ext, 0, 0.0)
+    mids = ext[:-1] + (ext[1:] - ext[:-1]) / 2  # exact: neighbours within a factor of 2^53
+    out = {}
+    for dt in (np.float32, np.float64):
+        with np.errstate(over="ignore"):
+            mids_dt = mids.astype(dt)
+            near = np.concatenate(
+                [
+                    np.nextafter(mids_dt, dt(np.inf)),
+                    np.nextafter(mids_dt, dt(0)),
+                    np.nextafter(mids_dt, dt(-np.inf)),
+                ]
+            )
+            base = np.concatenate([pos, ext, mids]).astype(dt)
+        exact = base.astype(np.float64) == np.concatenate([pos, ext, mids])
+        pts = np.concatenate([base[exact], near[np.isfinite(near) & (near >= 0)]])
+        pts = np.unique(pts)
+        out[np.dtype(dt).name] = np.concatenate([pts, -pts, SPECIALS.astype(dt)])
+    return out
+
+
+def random_floats(
+    n: int, dtype: type, seed: int, lo_exp: int = -140, hi_exp: int = 140
+) -> np.ndarray:
+    """n random values of `dtype` with log-uniform magnitudes in [2**lo_exp, 2**hi_exp) and random signs.
+
+    Exponents are clipped to what `dtype` can hold; the significand uses every bit of `dtype`.
+    """
+    rng = np.random.default_rng(seed)
+    info = np.finfo(dtype)
+    lo = max(lo_exp, int(np.log2(float(info.smallest_subnormal))))
+    hi = min(hi_exp, int(info.maxexp) - 1)
+    exps = rng.integers(lo, hi + 1, n)
+    sig = 1.0 + rng.random(n)  # [1, 2)
+    vals = np.ldexp(sig, exps).astype(dtype)
+    vals = np.where(rng.random(n) < 0.5, -vals, vals).astype(dtype)
+    return vals[np.isfinite(vals)]
+
+
+def assert_same_values(actual, expected, inputs=None, *, what: str = "", check_sign: bool = True):
+    """Assert two float arrays are identical as values: NaN where NaN, equal elsewhere, same sign of zero.
+
+    On failure, the message lists up to ten mismatches with their inputs.
+    """
+    a = np.asarray(actual, dtype=np.float64).reshape(-1)
+    e = np.asarray(expected, dtype=np.float64).reshape(-1)
+    assert a.shape == e.shape, (a.shape, e.shape)
+    same = (a == e) | (np.isnan(a) & np.isnan(e))
+    if check_sign:
+        same &= (np.signbit(a) == np.signbit(e)) | np.isnan(a)
+    if not same.all():
+        idx = np.flatnonzero(~same)
+        x = None if inputs is None else np.asarray(inputs, dtype=np.float64).reshape(-1)
+        rows = [
+            f"  x={x[i]!r} expected={e[i]!r} got={a[i]!r}" if x is not None else
+            f"  [{i}] expected={e[i]!r} got={a[i]!r}"
+            for i in idx[:10]
+        ]
+        raise AssertionError(
+            f"{what}: {idx.size} of {a.size} differ; first ones:\n" + "\n".join(rows)
+        )
+
+
+@pytest.fixture(scope="session")
+def probe_points():
+    """`grid_probes` as a fixture."""
+    return grid_probes
+
+
+@pytest.fixture(scope="session")
+def random_values():
+    """`random_floats` as a fixture."""
+    return random_floats
+
+
+@pytest.fixture(scope="session")
+def same_values():
+    """`assert_same_values` as a fixture."""
+    return assert_same_values
+
+
+@pytest.fixture
+def eager_only(monkeypatch):
+    """Run anynum's eager reference kernels (ANYNUM_COMPILE=0) unless the environment asks otherwise.
+
+    Oracle suites use this so they stay fast; set ANYNUM_TEST_FUSED=1 to run them
+    through the default (possibly compiled) path instead.
+    """
+    if os.environ.get("ANYNUM_TEST_FUSED") != "1":
+        monkeypatch.setenv("ANYNUM_COMPILE", "0")
