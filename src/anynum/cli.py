@@ -3,6 +3,7 @@
     anynum                      the default job (the formats table)
     anynum formats [--format markdown|csv|json] [--output FILE]
     anynum info NAME            one format's properties
+    anynum bench                quantization speed against native casts and peers
 
 Errors are one line on stderr with exit code 2, never a traceback.
 """
@@ -108,6 +109,24 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import os
+
+    from anynum.experiments.bench import main_table, run_benchmark, write_json
+
+    result = run_benchmark(
+        args.sizes, args.repeats, args.threads, progress=lambda m: print(m, file=sys.stderr)
+    )
+    print(main_table(result))
+    try:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        write_json(result, args.json)
+    except OSError as exc:
+        raise AnynumError(f"cannot write {args.json}: {exc.strerror}") from None
+    print(f"wrote {args.json}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anynum", description="Number formats for PyTorch, bit-exact.")
     sub = p.add_subparsers(dest="command")
@@ -118,6 +137,12 @@ def _parser() -> argparse.ArgumentParser:
     pi = sub.add_parser("info", help="properties of one format")
     pi.add_argument("name", help="a format name, e.g. e4m3fn, 'fixed(8,4)', 'p3109(8,4)'")
     pi.set_defaults(func=_cmd_info)
+    pb = sub.add_parser("bench", help="quantization speed against native casts and peers")
+    pb.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 22, 1 << 24])
+    pb.add_argument("--repeats", type=int, default=7)
+    pb.add_argument("--threads", type=int, default=2)
+    pb.add_argument("--json", default="bench-results/quantize.json")
+    pb.set_defaults(func=_cmd_bench)
     return p
 
 

@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from anynum._bits import layout, ldexp
+from anynum._bits import layout
 from anynum.formats.base import Format
 from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FloatFormat
@@ -36,7 +36,7 @@ def _(fmt: FloatFormat, dtype: torch.dtype) -> torch.dtype:
 
 @working_dtype.register
 def _(fmt: UniformFormat, dtype: torch.dtype) -> torch.dtype:
-    if dtype == torch.float64 or fmt.bits > 24 or not -126 <= fmt.step_exp <= 100:
+    if dtype == torch.float64 or fmt.bits > 24 or not -100 <= fmt.step_exp <= 0:
         return torch.float64
     return torch.float32
 
@@ -59,30 +59,28 @@ def apply_overflow(
 ) -> torch.Tensor:
     """Replace results with |y| > limit per the overflow policy (IEEE 754 rules).
 
-    "saturate" gives ±limit. Under "inf" (and "nan", where NaN stands in for
-    infinity), finite inputs that overflow go to ±inf (NaN) in round-to-nearest
-    and stochastic modes and in the direction of a directed mode, and to
-    ±limit otherwise (toward zero, odd, and the far side of up/down); ±inf
-    inputs go to ±inf (NaN).
+    `y` must carry the sign of `x`. "saturate" gives ±limit. Under "inf" (and
+    "nan", where NaN stands in for infinity), finite inputs that overflow go to
+    ±inf (NaN) in round-to-nearest and stochastic modes and in the direction of
+    a directed mode, and to ±limit otherwise (toward zero, odd, and the far
+    side of up/down); ±inf inputs go to ±inf (NaN).
     """
-    over = torch.abs(y) > limit
-    signed_limit = torch.copysign(torch.full_like(y, limit), x)
+    a = torch.abs(y)
+    over = a > limit
     if overflow == "saturate":
-        return torch.where(over, signed_limit, y)
+        return torch.copysign(torch.where(over, limit, a), y)
     x_inf = torch.abs(x) == torch.inf  # not torch.isinf: that one does not vectorize in Inductor
     if mode is Rounding.TOWARD_ZERO or mode is Rounding.ODD:
-        to_inf = x_inf
+        to_beyond = x_inf
     elif mode is Rounding.UP:
-        to_inf = x_inf | (x > 0)
+        to_beyond = x_inf | (x > 0)
     elif mode is Rounding.DOWN:
-        to_inf = x_inf | (x < 0)
+        to_beyond = x_inf | (x < 0)
     else:
-        to_inf = torch.ones_like(over)
-    if overflow == "nan":  # NaN takes the place of infinity in formats that have none
-        beyond = torch.full_like(y, torch.nan)
-    else:
-        beyond = torch.copysign(torch.full_like(y, torch.inf), x)
-    return torch.where(over, torch.where(to_inf, beyond, signed_limit), y)
+        to_beyond = over
+    beyond = torch.nan if overflow == "nan" else torch.inf  # NaN stands in for inf where there is none
+    a = torch.where(over & to_beyond, beyond, torch.where(over, limit, a))
+    return torch.copysign(a, y)
 
 
 def float_grid_step(fmt: FloatFormat, a: torch.Tensor) -> torch.Tensor:
@@ -124,12 +122,12 @@ def _round_float(
     y = torch.where(torch.abs(x) == torch.inf, x, r * step)
     y = torch.copysign(y, x)  # keeps -0 for negatives rounded to zero
     if not fmt.zero:
-        y = torch.where(y == 0, torch.copysign(torch.full_like(y, fmt.smallest_normal), x), y)
+        y = torch.copysign(torch.where(y == 0, fmt.smallest_normal, torch.abs(y)), x)
     y = apply_overflow(y, x, fmt.max, mode, overflow)
     if not fmt.has_negative_zero:
-        y = torch.where(y == 0, torch.zeros_like(y), y)
+        y = torch.where(y == 0, 0.0, y)
     if not fmt.signed:  # -0 is zero; anything negative has no value here
-        y = torch.where(x < 0, torch.full_like(y, torch.nan), torch.abs(y))
+        y = torch.where(x < 0, torch.nan, torch.abs(y))
     return y
 
 
@@ -142,13 +140,17 @@ def _round_uniform(
     rng: RandomSource | None,
     rand_bits: int | None,
 ) -> torch.Tensor:
-    step = torch.full((), fmt.step_exp, dtype=torch.int64, device=x.device)
-    r = round_scaled(ldexp(x, -step), mode, rng, rand_bits)
+    s = x * 2.0**-fmt.step_exp  # exact unless it underflows (steps above 1 only)
+    if fmt.step_exp > 0:
+        # Keep inputs that vanished nonzero so directed modes still see which side they are on.
+        tiny = 2.0 ** layout(x.dtype).quantum_min
+        s = torch.where((s == 0) & (x != 0), torch.copysign(torch.full_like(s, tiny), x), s)
+    r = round_scaled(s, mode, rng, rand_bits)
     if overflow == "wrap":
         modulus = float(1 << fmt.bits)
         w = torch.fmod(r - fmt.code_min, modulus)  # exact
         r = torch.where(w < 0, w + modulus, w) + fmt.code_min
     else:
         r = torch.clamp(r, fmt.code_min, fmt.code_max)
-    y = ldexp(r, step)
-    return torch.where(y == 0, torch.zeros_like(y), y)  # two's complement has no -0
+    y = r * 2.0**fmt.step_exp
+    return torch.where(y == 0, 0.0, y)  # two's complement has no -0

@@ -1,0 +1,3 @@
+"""Studies and measurements behind the ``anynum`` command (benchmarks; later format studies)."""
+
+__all__: list[str] = []
