@@ -69,6 +69,7 @@ __all__ = [
     "Format",
     "FormatInfo",
     "IntFormat",
+    "Quantizer",
     "Rounding",
     "__version__",
     "decode",
@@ -82,6 +83,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Quantizer":  # lives in anynum.nn, loaded on first use
+        from anynum.nn.quantizer import Quantizer
+
+        globals()[name] = Quantizer
+        return Quantizer
     if name in _LAZY_SUBMODULES:
         module = importlib.import_module(f"anynum.{name}")
         globals()[name] = module

@@ -1,0 +1,86 @@
+"""Speed of anynum.mc (nc=2) relative to the native float64 op, at 1 and 2 threads.
+
+Run:  python benchmarks/bench_mc.py [--json out.json] [--reps 7] [--dtype float32]
+
+Each repetition times the float64 reference and the MC op back to back (interleaved), and
+the table reports the median of the per-repetition ratios, so machine noise affects both
+sides alike.  The MCTensor paper's own code, on this machine at 1 thread, nc=2 float32:
+add 73 ms (~74x), mul 1070 ms, div 522 ms, mv 793 ms (~720x), matmul 1709 ms (~4900x).
+Targets: add <= 7x, mul/div <= 30x, mv/matmul <= 20x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from anynum import mc
+
+
+def _time(f, inner: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        f()
+    return (time.perf_counter() - t0) / inner
+
+
+def cases(dtype: torch.dtype):
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(1000, 1000, dtype=torch.float64, generator=g)
+    Y = torch.randn(1000, 1000, dtype=torch.float64, generator=g) + 3.0
+    x, y = mc.MCTensor(X, 2, dtype=dtype), mc.MCTensor(Y, 2, dtype=dtype)
+    M = torch.randn(5000, 500, dtype=torch.float64, generator=g)
+    v = torch.randn(500, dtype=torch.float64, generator=g)
+    m = mc.MCTensor(M, 2, dtype=dtype)
+    A = torch.randn(500, 200, dtype=torch.float64, generator=g)
+    B = torch.randn(200, 50, dtype=torch.float64, generator=g)
+    a, bm = mc.MCTensor(A, 2, dtype=dtype), mc.MCTensor(B, 2, dtype=dtype)
+    vt, bt = v.to(dtype), B.to(dtype)
+    return [
+        ("add 1000x1000 (MC+MC)", lambda: X + Y, lambda: x + y, 3),
+        ("mul 1000x1000 (MC*MC)", lambda: X * Y, lambda: x * y, 3),
+        ("div 1000x1000 (MC/MC)", lambda: X / Y, lambda: x / y, 2),
+        ("mv (5000x500).500 (MC.tensor)", lambda: M @ v, lambda: m @ vt, 1),
+        ("matmul (500x200).(200x50) (MC.tensor)", lambda: A @ B, lambda: a @ bt, 2),
+        ("matmul (500x200).(200x50) (MC.MC)", lambda: A @ B, lambda: a @ bm, 1),
+        ("matmul wide engine (MC.tensor)", lambda: A @ B,
+         lambda: mc.matmul(a, bt, engine="wide"), 2),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--dtype", default="float32")
+    args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
+    results = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for name, ref, op, inner in cases(dtype):
+            ref(), op()
+            ratios, tr, to = [], [], []
+            for _ in range(args.reps):
+                a = _time(ref, inner * 5)
+                b = _time(op, inner)
+                tr.append(a)
+                to.append(b)
+                ratios.append(b / a)
+            row = {"threads": threads, "op": name, "dtype": args.dtype,
+                   "float64_ms": statistics.median(tr) * 1e3, "mc_ms": statistics.median(to) * 1e3,
+                   "ratio": statistics.median(ratios)}
+            results.append(row)
+            print(f"{threads}T  {name:42s} f64 {row['float64_ms']:8.3f} ms  "
+                  f"MC {row['mc_ms']:9.3f} ms  ratio {row['ratio']:7.1f}x", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

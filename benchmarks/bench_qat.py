@@ -1,0 +1,100 @@
+"""QAT overhead: one training step of a LeNet-style CNN on digits (batch 128), quantized vs fp32.
+
+Quantized step: weights and activations E4M3FN, errors E5M2, gradients BF16
+(weight/grad/momentum through QuantizedOptimizer), all round-to-nearest; and
+the same with stochastic rounding of errors and gradients. Repetitions are
+interleaved (fp32, QAT, QAT-SR, fp32, ...) and medians compared, because the
+machine is shared and noisy. Prints ratios, never lone absolute times.
+
+Run: python benchmarks/bench_qat.py [--reps N] [--threads T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+import anynum as an
+
+
+class CNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.pool1 = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.pool2 = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(64, 32)
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool1(torch.relu(self.conv1(x.view(-1, 1, 8, 8))))
+        x = self.pool2(torch.relu(self.conv2(x)))
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def setups() -> dict[str, tuple[nn.Module, object]]:
+    out: dict[str, tuple[nn.Module, object]] = {}
+    torch.manual_seed(0)
+    m = CNN()
+    out["fp32"] = (m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
+    for name, rounding in (("qat", "nearest"), ("qat_sr", "sr")):
+        torch.manual_seed(0)
+        m = an.nn.convert(
+            CNN(), an.nn.Policy(weight="e4m3fn", activation="e4m3fn", error=("e5m2", rounding), seed=1)
+        )
+        opt = an.optim.QuantizedOptimizer(
+            torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
+            weight="e4m3fn", grad=("bf16", rounding), momentum="bf16", seed=2,
+        )
+        out[name] = (m, opt)
+    return out
+
+
+def step(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> None:
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--inner", type=int, default=5, help="steps per timed repetition")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.data[:128], dtype=torch.float32) / 16.0
+    y = torch.tensor(d.target[:128])
+    runs = setups()
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(3):  # warm-up (first calls build caches)
+        for model, opt in runs.values():
+            step(model, opt, x, y)
+    for _ in range(args.reps):
+        for name, (model, opt) in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(args.inner):
+                step(model, opt, x, y)
+            times[name].append((time.perf_counter() - t0) / args.inner)
+    base = statistics.median(times["fp32"])
+    print(f"CNN on digits, batch 128, {args.threads} threads, {args.reps}x{args.inner} interleaved steps")
+    print(f"{'step':<34}{'median / fp32':>14}")
+    labels = {
+        "fp32": "fp32 (torch SGD)",
+        "qat": "QAT nearest (W/A e4m3fn, E e5m2)",
+        "qat_sr": "QAT, SR errors and grads",
+    }
+    for name in runs:
+        print(f"{labels[name]:<34}{statistics.median(times[name]) / base:>13.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Conversions: tensor -> components, between component dtypes, and the correctly
+rounded sum of the components (``MCTensor.to_tensor``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anynum.errors import AnynumError
+from anynum.mc import arith
+from anynum.mc._core import Comps, info
+
+# dtype -> dtypes whose every value it represents exactly
+_CONTAINS = {
+    torch.float64: {torch.float64, torch.float32, torch.float16, torch.bfloat16},
+    torch.float32: {torch.float32, torch.float16, torch.bfloat16},
+    torch.float16: {torch.float16},
+    torch.bfloat16: {torch.bfloat16},
+}
+
+
+def _common_work(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    for w in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        if a in _CONTAINS[w] and b in _CONTAINS[w]:
+            return w
+    return torch.float64  # pragma: no cover
+
+
+def as_float_tensor(t: torch.Tensor) -> torch.Tensor:
+    """Accept float tensors as they are; integer/bool tensors go through float64."""
+    if t.is_complex():
+        raise AnynumError(
+            f"MCTensor holds real numbers; got a complex tensor ({t.dtype}). "
+            "Split it into real and imaginary parts first."
+        )
+    if t.dtype in _CONTAINS:
+        return t
+    if t.is_floating_point():
+        return t.to(torch.float64)
+    return t.to(torch.float64)
+
+
+def convert_comps(x: Comps, dtype: torch.dtype, nc: int) -> Comps:
+    """Re-express an expansion with `nc` components of `dtype` (nearest, greedy)."""
+    info(dtype)
+    src = x[0].dtype
+    if src == dtype:
+        if len(x) == nc:
+            return tuple(x)
+        if len(x) < nc:
+            return arith.pad(tuple(x), nc)
+        return arith.renormalize(list(x), nc)
+    if src in _CONTAINS[dtype]:
+        comps = [c.to(dtype) for c in x]
+        if len(comps) == 1:
+            return arith.pad((comps[0],), nc)
+        return arith.renormalize(comps, nc)
+    work = _common_work(src, dtype)
+    terms = [c.to(work) for c in x]
+    if len(terms) > 1:
+        terms = arith.vecsum(arith.sort_by_magnitude(terms))
+    out: list[torch.Tensor] = []
+    for i in range(nc):
+        c = terms[0].to(dtype)
+        fin = torch.isfinite(c)
+        out.append(c)
+        if i + 1 == nc:
+            break
+        rem = torch.where(fin, terms[0] - c.to(work), torch.zeros_like(terms[0]))
+        rest = [torch.where(fin, r, torch.zeros_like(r)) for r in terms[1:]]
+        terms = arith.vecsum(arith.sort_by_magnitude([rem, *rest])) if rest else [rem]
+    return tuple(out)
+
+
+def from_tensor(t: torch.Tensor, dtype: torch.dtype, nc: int) -> Comps:
+    t = as_float_tensor(t)
+    if t.dtype == dtype or t.dtype in _CONTAINS[dtype]:
+        return arith.pad((t.to(dtype),), nc)
+    return convert_comps((t,), dtype, nc)
+
+
+def _odd(x: torch.Tensor) -> torch.Tensor:
+    return (x.view(torch.int64) & 1) == 1
+
+
+def round_sum(x: Comps, dtype: torch.dtype) -> torch.Tensor:
+    """The sum of the components, correctly rounded (to nearest, ties to even) to `dtype`."""
+    info(dtype)
+    src = x[0].dtype
+    if len(x) == 1:
+        return x[0].to(dtype)
+    if len(x) == 2 and src == dtype:
+        return x[0] + x[1]
+    if len(x) == 2 and src in _CONTAINS[dtype]:
+        return x[0].to(dtype) + x[1].to(dtype)
+    terms = [c.to(torch.float64) for c in x]
+    finite = torch.ones_like(terms[0], dtype=torch.bool)
+    for c in terms:
+        finite = finite & torch.isfinite(c)
+    naive = terms[0]
+    for c in terms[1:]:
+        naive = naive + c
+    terms = [torch.where(finite, c, torch.zeros_like(c)) for c in terms]
+    d = arith.distill(terms)
+    x0, x1 = d[0], d[1]
+    x2 = d[2] if len(d) > 2 else torch.zeros_like(x0)
+    inf = torch.full_like(x0, float("inf"))
+    toward = torch.where(x1 > 0, inf, -inf)
+    nxt = torch.nextafter(x0, toward)
+    if dtype == torch.float64:
+        tie = (x1 != 0) & ((nxt - x0) == 2 * x1)
+        adjust = tie & (x2 != 0) & ((x2 > 0) == (x1 > 0))
+        r = torch.where(adjust, nxt, x0)
+    else:
+        inexact = x1 != 0
+        r = torch.where(inexact & ~_odd(x0), nxt, x0)  # round to odd in float64
+        r = r.to(dtype)
+    return torch.where(finite, r.to(dtype), naive.to(dtype))

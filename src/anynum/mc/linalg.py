@@ -1,0 +1,212 @@
+"""Reductions and matrix products on component tuples.
+
+Reductions (sum, mean) are tree-shaped: ``log2(n)`` vectorised MC additions, never a
+Python loop over elements.
+
+Matrix products use the Ozaki scheme (Ozaki, Ogita, Oishi, Rump, "Error-free
+transformations of matrix multiplication by using fast routines of matrix
+multiplication and its applications", Numer. Algorithms 59, 2012): each component matrix
+is cut into slices ``Q * 2**g`` where ``Q`` holds integers of at most ``beta`` bits and
+``g`` is a per-row (left operand) or per-column (right operand) power of two.  With
+``2 beta + ceil(log2 kb) <= p_G`` every slice product ``Q_A @ Q_B`` is computed *exactly* by
+a native GEMM in the GEMM dtype G, whatever its summation order or blocking.  The exact
+slice products are then scaled back and accumulated in MC arithmetic, smallest first.
+Slice pairs whose weight is below ``2**-(nc p + 3)`` of ``max|row| max|col|`` are skipped.
+When ``beta`` would be too small the inner dimension is cut into blocks of ``kb``.
+
+Engines:
+
+* ``"native"`` (default): G is the component dtype; nothing wider is used.
+* ``"wide"``: G is float32 for float16/bfloat16 components and float64 for float32
+  components (float64 components: same as native).  Fewer, larger slices; much faster for
+  float16 on CPUs without fast float16 GEMMs.  Opt in with ``engine="wide"`` or
+  :func:`anynum.mc.set_matmul_engine`.
+
+Error bound: the result differs from the exact product by at most about
+``(c_pairs + 2) u^2 * k * max_j |a_rj| * max_j |b_jc|`` for nc = 2, i.e. the bound is
+relative to row/column maxima (normwise per row/column) rather than to ``|A| |B|``
+entrywise; it is ``~u^2 (|A||B|)_rc`` when entries of a row/column have similar magnitudes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from anynum.mc import arith
+from anynum.mc._core import Comps, exponent, info, ldexp
+
+_ENGINE = ["native"]
+ENGINES = ("native", "wide")
+_WIDE = {
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.float32: torch.float64,
+    torch.float64: torch.float64,
+}
+# smallest slice width worth using before blocking the inner dimension
+_BETA_MIN = {torch.float64: 16, torch.float32: 7, torch.float16: 3, torch.bfloat16: 2}
+
+
+# ----------------------------------------------------------------- reductions
+def tree_sum(x: Comps, dim: int, nc: int, keepdim: bool = False) -> Comps:
+    """Sum along `dim` with a balanced tree of vectorised MC additions."""
+    comps = [c.movedim(dim, -1) for c in arith.pad(x, nc)]
+    n = comps[0].shape[-1]
+    if n == 0:
+        out = tuple(torch.zeros(c.shape[:-1], dtype=c.dtype, device=c.device) for c in comps)
+    else:
+        while n > 1:
+            h = n // 2
+            a = tuple(c[..., :h] for c in comps)
+            b = tuple(c[..., h : 2 * h] for c in comps)
+            s = arith.add(a, b, nc)
+            if n % 2:
+                s = tuple(torch.cat([si, c[..., 2 * h :]], dim=-1) for si, c in zip(s, comps))
+            comps = list(s)
+            n = h + n % 2
+        out = tuple(c[..., 0] for c in comps)
+    if keepdim:
+        out = tuple(c.unsqueeze(dim) for c in out)
+    return out
+
+
+def sum_all(x: Comps, nc: int) -> Comps:
+    return tree_sum(tuple(c.reshape(-1) for c in x), 0, nc)
+
+
+# ----------------------------------------------------------------- Ozaki scheme
+def _slice_rows(x: torch.Tensor, beta: int, nslices: int, work: torch.dtype, gemm: torch.dtype):
+    """Cut x (..., r, k) into integer slices along the last dim with per-row exponents.
+
+    Returns a list of (Q in `gemm` dtype, g int32 (..., r, 1)) with x ~= sum Q * 2**g.
+    """
+    r = x.to(work)
+    amax = r.abs().amax(dim=-1, keepdim=True)
+    e = exponent(amax)  # |x| < 2**e per row
+    out = []
+    for s in range(nslices):
+        g = e - (s + 1) * beta
+        q = torch.round(ldexp(r, -g))
+        out.append((q.to(gemm), g))
+        if s + 1 < nslices:
+            r = r - ldexp(q, g)
+    return out
+
+
+def _nslices(prec: int, beta: int, target: int, level: int) -> int:
+    """Slices needed so that what is left is below 2**-target of the row maximum."""
+    return max(0, math.ceil((target - level) / beta))
+
+
+def _scale(p: torch.Tensor, ga: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
+    return ldexp(p, ga + gb)
+
+
+def _ozaki_core(a: Comps, b: Comps, nc_acc: int, target: int, gemm: torch.dtype) -> Comps:
+    """Exact-slice GEMMs in `gemm` dtype; a (..., m, k), b (..., k, n) components in `gemm`."""
+    t = gemm
+    p = info(t).precision
+    k = a[0].shape[-1]
+    work = torch.float32 if t in (torch.float16, torch.bfloat16) else t
+    lk = max(0, math.ceil(math.log2(max(k, 1))))
+    beta = (p - lk) // 2
+    kb = k
+    if beta < _BETA_MIN[t]:
+        beta = _BETA_MIN[t]
+        kb = 2 ** (p - 2 * beta)
+    nb = math.ceil(k / kb) if k else 1
+    if nb > 1:
+        pad = nb * kb - k
+        if pad:
+            a = tuple(torch.nn.functional.pad(c, (0, pad)) for c in a)
+            b = tuple(torch.nn.functional.pad(c.transpose(-1, -2), (0, pad)).transpose(-1, -2) for c in b)
+        # (..., m, nb, kb) -> (..., nb, m, kb);  (..., nb, kb, n)
+        a = tuple(c.reshape(*c.shape[:-1], nb, kb).movedim(-2, -3) for c in a)
+        b = tuple(c.reshape(*c.shape[:-2], nb, kb, c.shape[-1]) for c in b)
+    # slice every nonzero component; level = nominal bit offset below the leading component
+    a_sl: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+    for i, c in enumerate(a):
+        if i and not bool(c.any()):
+            continue
+        n_s = _nslices(p, beta, target, i * p)
+        for s, (q, g) in enumerate(_slice_rows(c, beta, n_s, work, t)):
+            a_sl.append((q, g, i * p + s * beta))
+    b_sl: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+    for j, c in enumerate(b):
+        if j and not bool(c.any()):
+            continue
+        n_s = _nslices(p, beta, target, j * p)
+        for s, (q, g) in enumerate(_slice_rows(c.transpose(-1, -2), beta, n_s, work, t)):
+            b_sl.append((q.transpose(-1, -2), g.transpose(-1, -2), j * p + s * beta))
+    terms: list[tuple[int, torch.Tensor]] = []
+    for qa, ga, la in a_sl:
+        sel = [(qb, gb, lb) for qb, gb, lb in b_sl if la + lb < target]
+        if not sel:
+            continue
+        n = sel[0][0].shape[-1]
+        qcat = torch.cat([x[0] for x in sel], dim=-1) if len(sel) > 1 else sel[0][0]
+        prod = torch.matmul(qa, qcat)
+        for idx, (_, gb, lb) in enumerate(sel):
+            part = prod[..., idx * n : (idx + 1) * n]
+            terms.append((la + lb, _scale(part.to(work), ga, gb).to(t)))
+    if not terms:
+        shape = torch.broadcast_shapes(a[0].shape[:-1], (*b[0].shape[:-2], 1))
+        z = torch.zeros(*shape, b[0].shape[-1], dtype=t, device=a[0].device)
+        acc: Comps = (z,) * nc_acc
+    else:
+        terms.sort(key=lambda lt: -lt[0])  # smallest first
+        if nc_acc == 1:
+            tot = terms[0][1]
+            for _, v in terms[1:]:
+                tot = tot + v
+            acc = (tot,)
+        elif nc_acc == 2:
+            acc = (terms[0][1], torch.zeros_like(terms[0][1]))
+            for _, v in terms[1:]:
+                acc = arith.add(acc, (v,), 2)
+        else:
+            acc = arith.renormalize([v for _, v in terms[::-1]], nc_acc)
+    if nb > 1:
+        acc = tree_sum(acc, -3, nc_acc)
+    return acc
+
+
+def matmul2(a: Comps, b: Comps, nc: int, engine: str | None = None) -> Comps:
+    """MC matrix product of a (..., m, k) and b (..., k, n) component tuples."""
+    engine = engine or _ENGINE[0]
+    t = a[0].dtype
+    pt = info(t).precision
+    target = nc * pt + 3
+    if engine == "native":
+        return _ozaki_core(a, b, nc, target, t)
+    g = _WIDE[t]
+    if g == t:
+        return _ozaki_core(a, b, nc, target, t)
+    from anynum.mc.convert import convert_comps
+
+    pg = info(g).precision
+    a_g = convert_comps(a, g, max(1, math.ceil(len(a) * pt / pg)))
+    b_g = convert_comps(b, g, max(1, math.ceil(len(b) * pt / pg)))
+    nc_g = max(1, math.ceil(nc * pt / pg)) + (1 if nc > 1 else 0)
+    res = _ozaki_core(a_g, b_g, nc_g, target, g)
+    return convert_comps(res, t, nc)
+
+
+def matmul(a: Comps, b: Comps, nc: int, engine: str | None = None) -> Comps:
+    """torch.matmul semantics (1-D operands, broadcasting batch dims)."""
+    a1 = a[0].dim() == 1
+    b1 = b[0].dim() == 1
+    if a1:
+        a = tuple(c.unsqueeze(0) for c in a)
+    if b1:
+        b = tuple(c.unsqueeze(-1) for c in b)
+    r = matmul2(a, b, nc, engine)
+    if a1 and b1:
+        return tuple(c[..., 0, 0] for c in r)
+    if b1:
+        return tuple(c.squeeze(-1) for c in r)
+    if a1:
+        return tuple(c.squeeze(-2) for c in r)
+    return r

@@ -1,0 +1,65 @@
+"""Quantization-aware training and post-training quantization for any PyTorch model.
+
+`Quantizer` rounds activations forward and errors backward; `Policy` says which
+numbers of which layers use which format; `convert`/`restore` attach and
+remove quantization in place; `post_quantize` is the one-call PTQ; the layer
+classes are drop-in quantized torch layers; `audit` finds high-precision leaks.
+"""
+
+from anynum.nn.audit import Leak, audit
+from anynum.nn.convert import convert, converted_layers, post_quantize, restore, select_layers
+from anynum.nn.layers import (
+    GRU,
+    LSTM,
+    RNN,
+    AvgPool1d,
+    AvgPool2d,
+    AvgPool3d,
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    LayerNorm,
+    Linear,
+    MaxPool1d,
+    MaxPool2d,
+    MaxPool3d,
+    MultiheadAttention,
+)
+from anynum.nn.policy import DEFAULT_LAYERS, Policy
+from anynum.nn.quantizer import Quantizer, Rounder, quantizer
+
+__all__ = [
+    "DEFAULT_LAYERS",
+    "GRU",
+    "LSTM",
+    "RNN",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "LayerNorm",
+    "Leak",
+    "Linear",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "MultiheadAttention",
+    "Policy",
+    "Quantizer",
+    "Rounder",
+    "audit",
+    "convert",
+    "converted_layers",
+    "post_quantize",
+    "quantizer",
+    "restore",
+    "select_layers",
+]

@@ -1,0 +1,338 @@
+"""Activation/error quantization: the `Quantizer` module, its functional form, and `Rounder`.
+
+A `Rounder` is one number category resolved once (format, rounding, overflow,
+random stream), so the training loop pays no name lookups or validation per
+call. `Quantizer` applies one rounder to a tensor in the forward pass and
+another to the gradient flowing back through it (QPyTorch's "activation" and
+"error" numbers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Union
+
+import torch
+from torch import nn
+
+from anynum.errors import AnynumError
+from anynum.formats.base import Format
+from anynum.formats.floating import FloatFormat
+from anynum.formats.registry import format as lookup_format
+from anynum.quantize import check_representable, quantize
+from anynum.rounding import Rounding, RoundingLike, parse_rounding
+
+__all__ = ["NumberLike", "Quantizer", "Rounder", "quantizer", "resolve_number"]
+
+#: How a number category is given: a Format or name, ``(fmt, rounding)`` or
+#: ``(fmt, rounding, overflow)``, a ready `Rounder`, or None (not quantized).
+NumberLike = Union[Format, str, tuple, "Rounder", None]
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _native_casts() -> dict[tuple[Format, str], torch.dtype]:
+    # torch's own casts round float32 to nearest-even exactly like our kernels for
+    # these (format, overflow) pairs; tests/nn/test_quantizer.py proves it bit for bit.
+    from anynum import formats as f
+
+    table: dict[tuple[Format, str], torch.dtype] = {
+        (f.FP16, "inf"): torch.float16,
+        (f.BF16, "inf"): torch.bfloat16,
+    }
+    for name, fmt, overflow in (
+        ("float8_e4m3fn", f.E4M3FN, "saturate"),
+        ("float8_e5m2", f.E5M2, "inf"),
+        ("float8_e4m3fnuz", f.E4M3FNUZ, "nan"),
+        ("float8_e5m2fnuz", f.E5M2FNUZ, "nan"),
+    ):
+        dtype = getattr(torch, name, None)
+        if dtype is not None:
+            table[(fmt, overflow)] = dtype
+    return table
+
+
+_NATIVE: dict[tuple[Format, str], torch.dtype] | None = None
+
+
+def native_cast_dtype(fmt: Format, mode: Rounding, overflow: str) -> torch.dtype | None:
+    """The torch dtype whose float32 cast equals rounding onto `fmt` (or None)."""
+    global _NATIVE
+    if mode is not Rounding.NEAREST_EVEN or not isinstance(fmt, FloatFormat):
+        return None
+    if _NATIVE is None:
+        _NATIVE = _native_casts()
+    return _NATIVE.get((fmt, overflow))
+
+
+class Rounder:
+    """One number category, resolved once: format, rounding mode, overflow and random stream.
+
+    Calling it rounds a tensor onto the grid without autograd (the result is a
+    new tensor of the input's dtype). Stochastic modes draw from a private
+    `torch.Generator` per device, seeded from `seed` (or, when neither seed nor
+    generator is given, from torch's global generator at construction, so
+    `torch.manual_seed` makes training reproducible); the stream advances on
+    every call, so successive calls are independent.
+
+    Special values follow `anynum.quantize`: NaN stays NaN, ±inf and overflow
+    follow `overflow` (the format's default when None: inf if it has
+    infinities, else saturate).
+
+    >>> import torch, anynum as an
+    >>> r = Rounder(an.E4M3FN)
+    >>> r(torch.tensor([0.1, 500.0, float("inf")])).tolist()
+    [0.1015625, 448.0, 448.0]
+    """
+
+    def __init__(
+        self,
+        fmt: Format | str,
+        rounding: RoundingLike = "nearest",
+        overflow: str | None = None,
+        *,
+        rand_bits: int | None = None,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.fmt = lookup_format(fmt)
+        self.mode = parse_rounding(rounding)
+        self.overflow = self.fmt.check_overflow(overflow)
+        if rand_bits is not None:
+            from anynum.quantize import _check_rand_bits  # the one validator of rand_bits
+
+            _check_rand_bits(rand_bits, self.mode)
+        self.rand_bits = rand_bits
+        if generator is not None and seed is not None:
+            raise AnynumError("pass either generator= or seed=, not both.")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise AnynumError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        if self.mode.is_stochastic and generator is None and seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)))
+        self.seed = seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+        if generator is not None:
+            self._generators[generator.device] = generator
+        self._native = native_cast_dtype(self.fmt, self.mode, self.overflow)
+        self._checked: set[torch.dtype] = set()
+
+    def __repr__(self) -> str:
+        return f"Rounder({self.fmt.display_name()}, {self.mode.name}, overflow={self.overflow!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rounder) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple:
+        return (self.fmt, self.mode, self.overflow, self.rand_bits, self.seed)
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """The generator that feeds stochastic rounding on `device` (created on first use)."""
+        g = self._generators.get(device)
+        if g is None:
+            if self.seed is None:
+                raise AnynumError(
+                    f"this Rounder was built with a generator on another device; got a tensor on {device}."
+                )
+            g = torch.Generator(device=device)
+            g.manual_seed(self.seed + len(self._generators))
+            self._generators[device] = g
+        return g
+
+    def check_dtype(self, dtype: torch.dtype) -> None:
+        """Raise a clear AnynumError when tensors of `dtype` cannot hold this format's values."""
+        if dtype in self._checked:
+            return
+        if dtype not in _FLOATS:
+            raise AnynumError(
+                f"{self.fmt.display_name()} quantizes float16/bfloat16/float32/float64 tensors, "
+                f"got {dtype}; convert it first (x.float())."
+            )
+        with torch.device("cpu"):  # callers may be building modules under torch.device("meta")
+            check_representable(self.fmt, dtype)
+        self._checked.add(dtype)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._native is not None and x.dtype == torch.float32:
+            return x.detach().to(self._native).to(torch.float32)
+        self.check_dtype(x.dtype)
+        # A generator hands quantize one fresh seed per call, so successive calls are independent.
+        gen = self.generator(x.device) if self.mode.is_stochastic else None
+        return quantize(  # type: ignore[no-any-return]
+            x.detach(), self.fmt, self.mode, overflow=self.overflow, generator=gen, rand_bits=self.rand_bits
+        )
+
+    def on_grid(self, x: torch.Tensor) -> torch.Tensor:
+        """Boolean mask: True where `x` is a value of the format (NaN counts if the format has NaN)."""
+        self.check_dtype(x.dtype)
+        xd = x.detach()
+        ok: torch.Tensor = quantize(xd, self.fmt, Rounding.NEAREST_EVEN, overflow=self.overflow) == xd
+        if self.fmt.has_nan:
+            ok |= torch.isnan(xd)
+        return ok
+
+    # Generators are plain state; pickling/deepcopy keep the stream position.
+    def state_dict(self) -> dict[str, Any]:
+        return {str(d): g.get_state() for d, g in self._generators.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for d, s in state.items():
+            self.generator(torch.device(d)).set_state(s)
+
+
+def resolve_number(
+    value: NumberLike, rounding: RoundingLike = "nearest", seed: int | None = None
+) -> Rounder | None:
+    """Turn a `NumberLike` into a `Rounder` (None stays None).
+
+    >>> import anynum as an
+    >>> resolve_number(("e5m2", "sr"), seed=0)
+    Rounder(e5m2, STOCHASTIC, overflow='inf')
+    """
+    if value is None or isinstance(value, Rounder):
+        return value
+    if isinstance(value, (Format, str)):
+        return Rounder(value, rounding, seed=seed)
+    if isinstance(value, tuple) and 1 <= len(value) <= 3:
+        fmt, *rest = value
+        mode = rest[0] if rest else rounding
+        overflow = rest[1] if len(rest) > 1 else None
+        return Rounder(fmt, mode, overflow, seed=seed)
+    raise AnynumError(
+        "a number category must be a Format, a format name, (fmt, rounding), "
+        f"(fmt, rounding, overflow), a Rounder or None; got {value!r}."
+    )
+
+
+class _QuantizeFn(torch.autograd.Function):
+    """Forward: round the activation. Backward: round the error (the incoming gradient)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> torch.Tensor:  # type: ignore[override]
+        ctx.bwd = bwd
+        return fwd(x) if fwd is not None else x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        bwd = ctx.bwd
+        return (bwd(grad) if bwd is not None else grad), None, None
+
+
+def apply_pair(x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> torch.Tensor:
+    """Round `x` with `fwd` and, if `x` takes part in autograd, its gradient with `bwd`."""
+    if bwd is not None and x.requires_grad and torch.is_grad_enabled():
+        return _QuantizeFn.apply(x, fwd, bwd)
+    if fwd is None:
+        return x
+    if x.requires_grad and torch.is_grad_enabled():
+        return _QuantizeFn.apply(x, fwd, None)
+    return fwd(x)
+
+
+def quantizer(
+    forward: NumberLike = None,
+    backward: NumberLike = None,
+    forward_rounding: RoundingLike = "nearest",
+    backward_rounding: RoundingLike = "nearest",
+    *,
+    forward_overflow: str | None = None,
+    backward_overflow: str | None = None,
+    forward_rand_bits: int | None = None,
+    backward_rand_bits: int | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Functional form of `Quantizer`: returns ``f(x)`` that rounds x forward and its gradient backward.
+
+    Either format may be None (that direction passes unchanged). Stochastic
+    modes use `generator` or `seed` (the backward stream is seeded with seed+1).
+    NaN/inf follow `anynum.quantize` with the given overflow policies.
+
+    >>> import torch, anynum as an
+    >>> q = an.nn.quantizer(forward=an.E4M3FN, backward=an.E5M2)
+    >>> x = torch.tensor([0.3, 3.3], requires_grad=True)
+    >>> y = q(x); y.detach().tolist()
+    [0.3125, 3.25]
+    >>> y.backward(torch.tensor([0.1, 1000.0])); x.grad.tolist()
+    [0.09375, 1024.0]
+    """
+    fwd = _direction(forward, forward_rounding, forward_overflow, forward_rand_bits, generator, seed)
+    bwd_seed = None if seed is None else seed + 1
+    bwd_gen = None
+    if generator is not None:
+        bwd_gen = generator  # one stream shared by both directions keeps draws ordered
+    bwd = _direction(backward, backward_rounding, backward_overflow, backward_rand_bits, bwd_gen, bwd_seed)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return apply_pair(x, fwd, bwd)
+
+    return f
+
+
+def _direction(
+    value: NumberLike,
+    rounding: RoundingLike,
+    overflow: str | None,
+    rand_bits: int | None,
+    generator: torch.Generator | None,
+    seed: int | None,
+) -> Rounder | None:
+    if value is None or isinstance(value, Rounder):
+        return value
+    if isinstance(value, tuple):
+        return resolve_number(value, rounding, seed)
+    return Rounder(value, rounding, overflow, rand_bits=rand_bits, generator=generator, seed=seed)
+
+
+class Quantizer(nn.Module):
+    """Rounds activations in the forward pass and errors (their gradients) in the backward pass.
+
+    Drop it between layers (QPyTorch/Qtorch+ `Quantizer`). `forward` and
+    `backward` are Formats or names (or None to pass that direction through),
+    each with its own rounding and overflow policy; stochastic modes draw from
+    `generator` or a stream seeded by `seed` (default: drawn once from torch's
+    global generator, so `torch.manual_seed` fixes it). The module has no
+    parameters or buffers, so models using it save and load as usual.
+
+    NaN stays NaN; overflow follows the format's default (inf where the format
+    has infinities, else saturation to ±max) unless `*_overflow` says otherwise.
+
+    >>> import torch, anynum as an
+    >>> q = an.Quantizer(forward="bf16", backward="e5m2", backward_rounding="sr", seed=0)
+    >>> x = torch.tensor([1.0 + 2**-10], requires_grad=True)
+    >>> q(x).detach().tolist()
+    [1.0]
+    """
+
+    def __init__(
+        self,
+        forward: NumberLike = None,
+        backward: NumberLike = None,
+        forward_rounding: RoundingLike = "nearest",
+        backward_rounding: RoundingLike = "nearest",
+        *,
+        forward_overflow: str | None = None,
+        backward_overflow: str | None = None,
+        forward_rand_bits: int | None = None,
+        backward_rand_bits: int | None = None,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.fwd = _direction(forward, forward_rounding, forward_overflow, forward_rand_bits, generator, seed)
+        self.bwd = _direction(
+            backward,
+            backward_rounding,
+            backward_overflow,
+            backward_rand_bits,
+            generator,
+            None if seed is None else seed + 1,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return apply_pair(x, self.fwd, self.bwd)
+
+    def extra_repr(self) -> str:
+        return f"forward={self.fwd}, backward={self.bwd}"

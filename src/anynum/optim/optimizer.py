@@ -1,0 +1,307 @@
+"""`QuantizedOptimizer`: any torch optimizer with its numbers on chosen grids (QPyTorch `OptimLP`).
+
+One step: (loss scaling check) -> round the scaled gradients onto the grad
+format -> unscale -> (load master weights) -> the wrapped optimizer's step ->
+round each state tensor onto its category's format -> (store master weights
+on the accumulator format) -> round the weights onto the weight format.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from anynum.errors import AnynumError
+from anynum.nn.quantizer import NumberLike, Rounder, resolve_number
+from anynum.optim.scaling import LossScale, make_loss_scale
+from anynum.rounding import RoundingLike
+
+__all__ = ["MOMENTUM_STATES", "SECOND_MOMENT_STATES", "QuantizedOptimizer"]
+
+#: First-moment state tensors of the torch optimizers (the "momentum" category).
+MOMENTUM_STATES = frozenset({"momentum_buffer", "exp_avg", "grad_avg"})
+#: Second-moment and other accumulated state tensors (the "second_moment" category).
+SECOND_MOMENT_STATES = frozenset({"exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum", "acc_delta"})
+_COUNTERS = frozenset({"step"})
+_SAME = "same as momentum"
+
+
+def round_in_place(tensors: list[torch.Tensor], rounder: Rounder) -> None:
+    """Round every tensor onto `rounder`'s grid in place, one quantize call per dtype and device."""
+    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for t in tensors:
+        if t.numel():
+            groups.setdefault((t.dtype, t.device), []).append(t)
+    for ts in groups.values():
+        if len(ts) == 1:
+            ts[0].copy_(rounder(ts[0]))
+            continue
+        flat = rounder(torch.cat([t.reshape(-1) for t in ts]))
+        offset = 0
+        for t in ts:
+            n = t.numel()
+            t.copy_(flat[offset : offset + n].view_as(t))
+            offset += n
+
+
+class QuantizedOptimizer:
+    """Wraps a torch optimizer so that gradients, states and weights live on chosen number grids.
+
+    Args:
+        optimizer: any `torch.optim.Optimizer` (SGD, Adam, AdamW, RMSprop,
+            Adagrad, Adadelta and others whose states are listed below).
+        weight: format of the weights after each step.
+        grad: format of the gradients before the step (rounded while still
+            loss-scaled, so small gradients survive; then unscaled).
+        momentum: first-moment states (``momentum_buffer``, ``exp_avg``, ``grad_avg``).
+        second_moment: ``exp_avg_sq``, ``max_exp_avg_sq``, ``square_avg``, ``sum``,
+            ``acc_delta`` (default: the momentum format, as QPyTorch's OptimLP).
+        accumulator: format of the master weights (QPyTorch ``acc_quant``);
+            giving it turns master weights on.
+        state: ``{state_name: NumberLike}`` for further (or overriding) state
+            tensors; None there keeps a state in full precision.
+        rounding: default rounding of every category (each may also be
+            ``(fmt, rounding)``).
+        master_weights: keep a high-precision copy that the wrapped optimizer
+            updates (default: on iff `accumulator` is given); the model holds
+            the weight-format copy.
+        grad_scale: 1.0 (none), a static scale, ``"dynamic"`` or a
+            `DynamicLossScale`. With any scale other than 1, call
+            ``opt.scale_loss(loss).backward()``; dynamic scaling skips steps whose
+            scaled gradients are non-finite or beyond the grad format's largest
+            value (so saturating formats such as posits back off too).
+        seed: seeds the streams of stochastic categories (else drawn from
+            torch's global generator once).
+
+    Every state tensor must belong to a category when any state category is
+    set; an unknown one raises AnynumError naming it (add it to `state=`).
+    NaN/inf follow each format (see `anynum.quantize`). For LR schedulers pass
+    ``opt.optimizer`` (it shares ``param_groups``).
+
+    >>> import torch, anynum as an
+    >>> w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    >>> opt = an.optim.QuantizedOptimizer(torch.optim.SGD([w], lr=0.1, momentum=0.9),
+    ...                                   weight="bf16", grad="e5m2", momentum="fp16")
+    >>> w.grad = torch.tensor([0.3, -0.3]); opt.step()
+    >>> w.tolist()
+    [0.96875, 2.03125]
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        weight: NumberLike = None,
+        grad: NumberLike = None,
+        momentum: NumberLike = None,
+        second_moment: Any = _SAME,
+        accumulator: NumberLike = None,
+        *,
+        state: Mapping[str, NumberLike] | None = None,
+        rounding: RoundingLike = "nearest",
+        master_weights: bool | None = None,
+        grad_scale: float | str | LossScale = 1.0,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise AnynumError(
+                f"QuantizedOptimizer wraps a torch.optim.Optimizer, got {type(optimizer).__name__}."
+            )
+        self.optimizer = optimizer
+
+        def r(value: NumberLike, k: int) -> Rounder | None:
+            return resolve_number(value, rounding, None if seed is None else seed + k)
+
+        self.weight = r(weight, 0)
+        self.grad = r(grad, 1)
+        self.momentum = r(momentum, 2)
+        self.second_moment = self.momentum if second_moment is _SAME else r(second_moment, 3)
+        self.accumulator = r(accumulator, 4)
+        self.state_rounders: dict[str, Rounder | None] = {
+            name: r(v, 5 + i) for i, (name, v) in enumerate((state or {}).items())
+        }
+        self.master_weights = accumulator is not None if master_weights is None else bool(master_weights)
+        if accumulator is not None and not self.master_weights:
+            raise AnynumError("accumulator= is the master-weight format; it needs master_weights=True.")
+        self.loss_scale = make_loss_scale(grad_scale)
+        self.master: dict[torch.Tensor, torch.Tensor] = {}
+        self.skipped_last_step = False
+        self._scaled = False
+
+    # --- delegation -----------------------------------------------------------------------
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    @property
+    def state(self) -> Any:
+        return self.optimizer.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(group)
+
+    def __repr__(self) -> str:
+        cats = {k: getattr(self, k) for k in ("weight", "grad", "momentum", "second_moment", "accumulator")}
+        body = ", ".join(f"{k}={v}" for k, v in cats.items() if v is not None)
+        return f"QuantizedOptimizer({type(self.optimizer).__name__}, {body}, scale={self.loss_scale.scale})"
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    # --- loss scaling ---------------------------------------------------------------------
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """``loss * scale``: call ``.backward()`` on this so errors and gradients are scaled."""
+        self._scaled = True
+        return loss * self.loss_scale.scale
+
+    @property
+    def scale(self) -> float:
+        """The current loss scale."""
+        return self.loss_scale.scale
+
+    def _overflowed(self, grads: list[torch.Tensor]) -> bool:
+        limit = self.grad.fmt.max if self.grad is not None else math.inf
+        amax = torch.stack([g.detach().abs().amax().float() for g in grads if g.numel()]).amax()
+        return not bool(amax <= limit)  # NaN compares False: counted as overflow
+
+    # --- states ---------------------------------------------------------------------------
+    def _any_state_format(self) -> bool:
+        return any(x is not None for x in (self.momentum, self.second_moment, *self.state_rounders.values()))
+
+    def state_rounder(self, name: str) -> Rounder | None:
+        """The rounder of optimizer state `name`; raises AnynumError for an unknown state."""
+        if name in self.state_rounders:
+            return self.state_rounders[name]
+        if name in MOMENTUM_STATES:
+            return self.momentum
+        if name in SECOND_MOMENT_STATES:
+            return self.second_moment
+        if not self._any_state_format():
+            return None
+        raise AnynumError(
+            f"{type(self.optimizer).__name__} keeps a state tensor {name!r} that QuantizedOptimizer "
+            f"does not know; say how to store it with state={{{name!r}: fmt}} "
+            f"(or state={{{name!r}: None}} to keep it in full precision)."
+        )
+
+    def _state_tensors(self) -> Iterator[tuple[str, str, torch.Tensor]]:
+        for i, p in enumerate(self._params()):
+            for key, value in self.optimizer.state.get(p, {}).items():
+                if key in _COUNTERS or not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                    continue
+                yield f"state[{i}].{key}", key, value
+
+    # --- the step -------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """One quantized optimizer step; returns the closure's loss (if any).
+
+        A dynamic-scaling step that overflows changes nothing but the scale and
+        sets ``skipped_last_step``.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        scale = self.loss_scale.scale
+        if scale != 1.0 and not self._scaled:
+            raise AnynumError(
+                f"this optimizer scales losses by {scale}; call opt.scale_loss(loss).backward() "
+                "instead of loss.backward() before opt.step()."
+            )
+        self._scaled = False
+        params = [p for p in self._params() if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None]
+        if any(g.is_sparse for g in grads):
+            raise AnynumError("QuantizedOptimizer does not support sparse gradients.")
+        self.skipped_last_step = False
+        if self.loss_scale.dynamic and grads and self._overflowed(grads):
+            self.loss_scale.update(True)
+            self.skipped_last_step = True
+            return loss
+        if self.grad is not None:
+            round_in_place(grads, self.grad)
+        if scale != 1.0:
+            torch._foreach_mul_(grads, 1.0 / scale)
+        if self.master_weights:
+            for p in params:
+                m = self.master.get(p)
+                if m is None:
+                    self.master[p] = m = p.detach().clone()
+                p.copy_(m)
+        self.optimizer.step()
+        self._round_states()
+        if self.master_weights:
+            masters = [self.master[p] for p in params]
+            for p, m in zip(params, masters):
+                m.copy_(p)
+            if self.accumulator is not None:
+                round_in_place(masters, self.accumulator)
+            for p, m in zip(params, masters):
+                p.copy_(m)
+        if self.weight is not None:
+            round_in_place(params, self.weight)
+        self.loss_scale.update(False)
+        return loss
+
+    def _round_states(self) -> None:
+        groups: dict[Rounder, list[torch.Tensor]] = {}
+        for _, key, value in self._state_tensors():
+            rounder = self.state_rounder(key)
+            if rounder is not None:
+                groups.setdefault(rounder, []).append(value)
+        for rounder, tensors in groups.items():
+            round_in_place(tensors, rounder)
+
+    # --- audit ----------------------------------------------------------------------------
+    def grid_checks(self) -> Iterator[tuple[str, str, torch.Tensor, Rounder]]:
+        """(name, kind, tensor, declared rounder) of every tensor this optimizer keeps on a grid."""
+        for i, p in enumerate(self._params()):
+            if self.weight is not None:
+                yield f"param[{i}]", "parameter", p, self.weight
+            m = self.master.get(p)
+            if m is not None and self.accumulator is not None:
+                yield f"master[{i}]", "master weight", m, self.accumulator
+        for name, key, value in self._state_tensors():
+            rounder = self.state_rounder(key)
+            if rounder is not None:
+                yield name, "optimizer state", value, rounder
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def _rounders(self) -> dict[str, Rounder]:
+        named = {
+            "weight": self.weight,
+            "grad": self.grad,
+            "momentum": self.momentum,
+            "second_moment": self.second_moment,
+            "accumulator": self.accumulator,
+            **{f"state.{k}": v for k, v in self.state_rounders.items()},
+        }
+        return {k: v for k, v in named.items() if v is not None}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped optimizer's state plus master weights, loss scale and random streams."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "master": [self.master.get(p) for p in self._params()],
+            "loss_scale": self.loss_scale.state_dict(),
+            "rng": {k: r.state_dict() for k, r in self._rounders().items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` saved, bit for bit."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.master = {}
+        for p, m in zip(self._params(), state["master"]):
+            if m is not None:
+                self.master[p] = m.detach().clone().to(device=p.device, dtype=p.dtype)
+        self.loss_scale.load_state_dict(state["loss_scale"])
+        rounders = self._rounders()
+        for k, s in state.get("rng", {}).items():
+            if k in rounders:
+                rounders[k].load_state_dict(s)

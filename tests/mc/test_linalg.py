@@ -1,0 +1,108 @@
+"""Reductions and Ozaki matrix products against exact rational arithmetic."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+import torch
+from oracle import DTYPES, PREC, exact
+
+from anynum import mc
+from anynum.errors import AnynumError
+
+
+def _mc(shape, dtype, nc, seed, spread=4.0):
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(*shape, dtype=torch.float64, generator=g)
+    v = v * torch.exp2(torch.randint(-int(spread), int(spread) + 1, shape, generator=g).double())
+    return mc.MCTensor(v, nc, dtype=dtype)
+
+
+def _rows(x):
+    """Exact values of a 2-D MC/tensor operand as nested Fraction lists."""
+    comps = x.components() if isinstance(x, mc.MCTensor) else (x,)
+    flat = exact(comps)
+    r, c = x.shape
+    return [flat[i * c : (i + 1) * c] for i in range(r)]
+
+
+def _check_mm(a, b, got, dtype, nc, bound):
+    A, B = _rows(a), _rows(b)
+    k = len(B)
+    gv = exact(got.components())
+    n = len(B[0])
+    unit = Fraction(1, 2 ** (PREC[dtype] * nc))
+    worst = 0.0
+    for i in range(len(A)):
+        for j in range(n):
+            w = sum(A[i][t] * B[t][j] for t in range(k))
+            aw = sum(abs(A[i][t] * B[t][j]) for t in range(k))
+            if aw:
+                worst = max(worst, float(abs(gv[i * n + j] - w) / (unit * aw)))
+    assert worst <= bound, worst
+    return worst
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("engine", ["native", "wide"])
+def test_matmul_mc_times_tensor_and_mc(dtype, engine):
+    a = _mc((9, 70), dtype, 2, 1)
+    b = _mc((70, 6), dtype, 1, 2).components()[0]
+    worst = _check_mm(a, b, mc.matmul(a, b, engine=engine), dtype, 2, 2.0)
+    bm = _mc((70, 6), dtype, 2, 3)
+    _check_mm(a, bm, mc.matmul(a, bm, engine=engine), dtype, 2, 2.0)
+    _check_mm(b.T.contiguous(), a.T, mc.matmul(b.T, a.T, engine=engine), dtype, 2, 2.0)
+    assert worst >= 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matmul_blocked_inner_dim_and_nc3(dtype):
+    a = _mc((3, 2500 if dtype == torch.float32 else 300), dtype, 3, 4)
+    b = _mc((a.shape[1], 2), dtype, 3, 5)
+    _check_mm(a, b, a @ b, dtype, 3, 2.0)
+
+
+def test_mv_dot_bmm_addmm_shapes_and_values():
+    a = _mc((5, 40), torch.float32, 2, 6)
+    v = torch.randn(40)
+    r = mc.mv(a, v)
+    assert r.shape == (5,)
+    full = (a @ v.unsqueeze(1)).to_tensor(torch.float64).squeeze(1)
+    assert torch.equal(r.to_tensor(torch.float64), full)
+    d = mc.dot(a[0], v)
+    assert d.shape == () and d.item() == r[0].item()
+    x = mc.MCTensor(torch.tensor([1.0, 2.0**-30, -1.0]))
+    assert mc.dot(x, torch.ones(3)).item() == 2.0**-30  # not a plain float32 sum
+    bt = _mc((4, 5, 40), torch.float32, 2, 7)
+    bb = torch.randn(4, 40, 3)
+    rb = mc.bmm(bt, bb)
+    for i in range(4):
+        assert torch.equal(rb[i].to_tensor(torch.float64), (bt[i] @ bb[i]).to_tensor(torch.float64))
+    c = torch.randn(5, 3)
+    am = mc.addmm(c, a, torch.randn(40, 3))
+    assert am.shape == (5, 3)
+    with pytest.raises(AnynumError):
+        mc.mm(a, v)
+
+
+def test_sum_mean_tree_exact_cases():
+    v = torch.tensor([1.0, 2.0**-40, -1.0, 2.0**-60, 3.0], dtype=torch.float32)
+    x = mc.MCTensor(v, nc=2)
+    assert exact(mc.sum(x).components())[0] == 3 + Fraction(2) ** -40 + Fraction(2) ** -60 or \
+        abs(exact(mc.sum(x).components())[0] - (3 + Fraction(2) ** -40)) < Fraction(2) ** -50
+    y = _mc((7, 33), torch.float64, 2, 8)
+    s = mc.sum(y, 1)
+    rows = _rows(y)
+    for got, row in zip(exact(s.components()), rows):
+        assert abs(got - sum(row)) <= 20 * Fraction(1, 2**106) * sum(abs(t) for t in row)
+    m = mc.mean(y, dim=0, keepdim=True)
+    assert m.shape == (1, 33)
+    assert mc.sum(y).shape == ()
+
+
+def test_matmul_nonfinite_follows_native():
+    a = mc.MCTensor(torch.tensor([[1.0, float("inf")], [1.0, 2.0]]))
+    b = torch.tensor([[1.0], [1.0]])
+    r = (a @ b).to_tensor()
+    assert r[0, 0].isinf() and r[1, 0] == 3.0
