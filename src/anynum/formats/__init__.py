@@ -6,6 +6,16 @@
 """
 
 from anynum.formats.base import Format, FormatInfo
+from anynum.formats.block import (
+    MXFP4_E2M1,
+    MXFP6_E2M3,
+    MXFP6_E3M2,
+    MXFP8_E4M3,
+    MXFP8_E5M2,
+    MXINT8,
+    NVFP4,
+    Block,
+)
 from anynum.formats.fixed import FixedPoint, IntFormat, UniformFormat
 from anynum.formats.floating import (
     BF16,
@@ -48,9 +58,17 @@ __all__ = [
     "FP16",
     "FP32",
     "FP64",
+    "MXFP4_E2M1",
+    "MXFP6_E2M3",
+    "MXFP6_E3M2",
+    "MXFP8_E4M3",
+    "MXFP8_E5M2",
+    "MXINT8",
+    "NVFP4",
     "Q43",
     "Q52",
     "TF32",
+    "Block",
     "FixedPoint",
     "FloatFormat",
     "Format",
