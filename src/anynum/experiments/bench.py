@@ -1,4 +1,5 @@
-# mypy: disable-error-code="misc"  (lambdas binding loop variables as defaults)
+# mypy: disable-error-code="misc"
+# (the lambdas bind loop variables as default arguments, which mypy cannot type)
 """Quantization speed against native casts, the memory-bandwidth floor and every installed peer.
 
 One run measures everything with interleaved repetitions (each round times
