@@ -1,11 +1,12 @@
-"""The ``anynum`` command: a thin layer over `anynum.formats` (and, later, experiments).
+"""The ``anynum`` command: a thin layer over `anynum.formats` and `anynum.experiments`.
 
-    anynum                      the default job (the formats table)
+    anynum                      the default job: ``anynum study`` with its default grid
     anynum formats [--format markdown|csv|json] [--output FILE]
-    anynum info NAME            one format's properties
+    anynum info NAME [--compare NAME ...] [--plot OUT.png]
+    anynum study [grid options] [--out DIR] [--jobs N] [--shard i/n] [--dask-scheduler ADDR|local]
     anynum bench                quantization speed against native casts and peers
 
-Errors are one line on stderr with exit code 2, never a traceback.
+Errors are one line on stderr with exit code 2, never a traceback. See docs/cli.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import io
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from anynum.errors import AnynumError
 from anynum.formats import format as lookup_format
@@ -100,13 +101,132 @@ def _cmd_formats(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    fmt = lookup_format(args.name)
-    print(f"{args.name}: {fmt!r}")
-    for key, value in vars(fmt.info).items():
-        print(f"  {key:<19} {_fmt_cell(value)}")
-    if fmt.bits <= 6:
-        print(f"  {'values':<19} {' '.join(_fmt_cell(float(v)) for v in fmt.values())}")
+    names = [args.name, *(args.compare or [])]
+    fmts = [lookup_format(n) for n in names]  # every name checked before any output
+    if len(fmts) == 1:
+        fmt = fmts[0]
+        print(f"{args.name}: {fmt!r}")
+        for key, value in vars(fmt.info).items():
+            print(f"  {key:<19} {_fmt_cell(value)}")
+        if fmt.bits <= 6:
+            print(f"  {'values':<19} {' '.join(_fmt_cell(float(v)) for v in fmt.values())}")
+    else:
+        keys = list(vars(fmts[0].info))
+        width = max(12, *(len(n) + 2 for n in names))
+        print(f"{'':<19}" + "".join(f"{n:>{width}}" for n in names))
+        for key in keys:
+            cells = [_fmt_cell(getattr(f.info, key)) for f in fmts]
+            print(f"{key:<19}" + "".join(f"{c:>{width}}" for c in cells))
+    if args.plot:
+        from anynum.experiments.plots import plot_formats
+
+        try:
+            profiles = plot_formats(names, args.plot)
+        except OSError as exc:
+            raise AnynumError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
+        print(f"wrote {args.plot} ({', '.join(p.label for p in profiles)})")
     return 0
+
+
+def _study_spec(args: argparse.Namespace) -> Any:
+    from anynum.experiments.runner import (
+        DEFAULT_PAIRS,
+        DEFAULT_QAT_PAIRS,
+        StudySpec,
+        available_formats,
+        pairs_for,
+    )
+    from anynum.rounding import parse_rounding
+
+    for r in [*(args.roundings or []), *(args.qat_roundings or [])]:
+        parse_rounding(r)
+    for f in [*(args.formats or []), *(args.qat_formats or [])]:
+        lookup_format(f)
+    if args.datasets or args.models:
+        from anynum.experiments.datasets import DATASETS
+        from anynum.experiments.models import MODELS
+
+        pairs = pairs_for(args.datasets or list(DATASETS), args.models or list(MODELS))
+        qat_pairs = pairs
+    else:
+        pairs, qat_pairs = list(DEFAULT_PAIRS), list(DEFAULT_QAT_PAIRS)
+    spec = StudySpec(epochs=args.epochs, batch=args.batch, seed=args.seed)
+    spec.ptq_pairs = pairs if args.mode in ("ptq", "both") else []
+    spec.qat_pairs = qat_pairs if args.mode in ("qat", "both") else []
+    if args.formats:
+        spec.formats = args.formats
+    if args.roundings:
+        spec.roundings = args.roundings
+    if args.qat_formats:
+        spec.qat_formats = available_formats(args.qat_formats)
+    if args.qat_roundings:
+        spec.qat_roundings = args.qat_roundings
+    return spec
+
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from anynum.experiments.report import table_text, write_csv, write_heatmap
+    from anynum.experiments.runner import expand_grid, parse_shard, run_study
+
+    shard = parse_shard(args.shard) if args.shard is not None else None
+    if args.jobs < 1:
+        raise AnynumError(f"--jobs must be at least 1, got {args.jobs}.")
+    grid = expand_grid(_study_spec(args))
+    if not grid:
+        raise AnynumError("the study grid is empty: give at least one format and rounding mode.")
+    progress = "none" if args.quiet else "auto"
+    result = run_study(
+        grid, args.out, jobs=args.jobs, shard=shard, dask_scheduler=args.dask_scheduler, progress=progress
+    )
+    rows = result.rows
+    out = Path(args.out)
+    title = (
+        f"anynum study: {len(rows)} trials ({result.new} new, {result.skipped} resumed) "
+        f"in {result.seconds:.1f} s; test accuracy in % (R^2 in % for regression)"
+    )
+    try:
+        from rich.console import Console
+
+        Console(width=max(_terminal_width(), 120)).print(_render_rich(rows, title))
+    except ImportError:
+        print(title)
+        print(table_text(rows))
+    written = [out / "results.jsonl"]
+    try:
+        write_csv(rows, out / "results.csv")
+        (out / "table.md").write_text(f"{title}\n\n{table_text(rows)}\n", encoding="utf-8")
+        written += [out / "results.csv", out / "table.md"]
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("matplotlib is not installed: no heatmap (pip install 'anynum[cli]')", file=sys.stderr)
+        else:
+            if rows:
+                write_heatmap(rows, out / "heatmap.png")
+                written.append(out / "heatmap.png")
+    except OSError as exc:
+        raise AnynumError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from None
+    print("wrote " + ", ".join(str(p) for p in written))
+    if result.failures:
+        raise AnynumError(
+            f"{len(result.failures)} trial(s) failed and were not recorded (rerun to retry); "
+            f"first: {result.failures[0]}"
+        )
+    return 0
+
+
+def _terminal_width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def _render_rich(rows: list[dict[str, Any]], title: str) -> Any:
+    from anynum.experiments.report import render_table
+
+    return render_table(rows, title)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -127,16 +247,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``anynum: error: ...``, exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="anynum", description="Number formats for PyTorch, bit-exact.")
+    p = _Parser(prog="anynum", description="Number formats for PyTorch, bit-exact.")
     sub = p.add_subparsers(dest="command")
     pf = sub.add_parser("formats", help="table of every preset format")
     pf.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
     pf.add_argument("--output", "-o", help="write the table to this file")
     pf.set_defaults(func=_cmd_formats)
     pi = sub.add_parser("info", help="properties of one format")
-    pi.add_argument("name", help="a format name, e.g. e4m3fn, 'fixed(8,4)', 'p3109(8,4)'")
+    pi.add_argument("name", help="a format name, e.g. e4m3fn, 'fixed(8,4)', 'p3109(8,4)', 'posit(8,2)'")
+    pi.add_argument("--compare", nargs="+", metavar="NAME", help="more formats to tabulate and overlay")
+    pi.add_argument("--plot", metavar="OUT.png", help="plot value distribution and decimal accuracy here")
     pi.set_defaults(func=_cmd_info)
+    ps = sub.add_parser("study", help="PTQ/QAT accuracy by format x rounding mode (the default job)")
+    _study_arguments(ps)
+    ps.set_defaults(func=_cmd_study)
     pb = sub.add_parser("bench", help="quantization speed against native casts and peers")
     pb.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 22, 1 << 24])
     pb.add_argument("--repeats", type=int, default=7)
@@ -146,17 +278,51 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _study_arguments(ps: argparse.ArgumentParser) -> None:
+    g = ps.add_argument_group("grid (defaults: the default study)")
+    g.add_argument("--formats", nargs="+", metavar="NAME", help="PTQ formats")
+    g.add_argument("--roundings", nargs="+", metavar="MODE",
+                   help="PTQ rounding modes (nearest ru rd rz sr ...)")
+    g.add_argument("--qat-formats", nargs="+", metavar="NAME", help="QAT formats")
+    g.add_argument("--qat-roundings", nargs="+", metavar="MODE", help="QAT rounding modes")
+    g.add_argument("--datasets", nargs="+", metavar="NAME",
+                   help="digits breast_cancer classification regression sequence")
+    g.add_argument("--models", nargs="+", metavar="NAME",
+                   help="mlp cnn lstm (incompatible pairs are skipped)")
+    g.add_argument("--mode", choices=("ptq", "qat", "both"), default="both")
+    g.add_argument("--epochs", type=int, default=10, help="training epochs (baseline and QAT)")
+    g.add_argument("--batch", type=int, default=32)
+    g.add_argument("--seed", type=int, default=0)
+    r = ps.add_argument_group("running")
+    r.add_argument("--out", default="anynum-results", metavar="DIR", help="results directory")
+    r.add_argument("--jobs", "-j", type=int, default=2, help="parallel worker processes (1: in process)")
+    r.add_argument("--shard", metavar="i/n", help="run only every n-th trial starting at i (0 <= i < n)")
+    r.add_argument("--dask-scheduler", metavar="ADDRESS", help="a Dask scheduler address, or 'local'")
+    r.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``anynum`` command; returns the exit code."""
+    """Entry point of the ``anynum`` command; returns the exit code.
+
+    >>> main(["info", "e2m1"])  # doctest: +ELLIPSIS
+    e2m1: E2M1
+    ...
+    0
+    >>> main(["info", "e9m9x"])
+    2
+    """
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command is None:  # the default job
-        args = parser.parse_args(["formats"])
+    if args.command is None:  # the default job: the default study
+        args = parser.parse_args(["study"])
     try:
         return int(args.func(args))
     except AnynumError as exc:
         print(f"anynum: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("anynum: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,395 @@
+"""Run a format study: grid expansion, cached fp32 baselines, executors, resumable JSONL results.
+
+`run_study` is what ``anynum study`` calls. Results go to ``OUT/results.jsonl``,
+one JSON row per finished trial, appended as trials finish (never rewritten);
+a rerun skips every trial id already there, so an interrupted study resumes
+and a finished one only reprints its report. Executors: in process
+(``jobs=1``), a process pool (``jobs>1``) or a Dask distributed cluster
+(``dask_scheduler="local"`` starts a LocalCluster). Trials are pure functions
+of their config, so every executor and every shard split gives the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anynum.errors import AnynumError, FormatError, InputError
+from anynum.experiments.datasets import DATASETS, load_dataset
+from anynum.experiments.models import MODELS, compatible
+from anynum.experiments.trials import TrialConfig, run_trial, train_baseline
+from anynum.formats.registry import format as lookup_format
+
+__all__ = [
+    "DEFAULT_FORMATS",
+    "DEFAULT_QAT_FORMATS",
+    "DEFAULT_QAT_ROUNDINGS",
+    "DEFAULT_ROUNDINGS",
+    "StudyResult",
+    "StudySpec",
+    "available_formats",
+    "expand_grid",
+    "pairs_for",
+    "parse_shard",
+    "read_results",
+    "run_study",
+]
+
+#: PTQ formats of the default study (those not registered in this build are left out).
+DEFAULT_FORMATS = ("fp32", "bf16", "fp16", "e5m2", "e4m3fn", "e3m2", "e2m1", "posit(8,2)", "mxfp8_e4m3")
+#: Pychop Table 8's rounding modes (without the uniform stochastic variant).
+DEFAULT_ROUNDINGS = ("nearest", "ru", "rd", "rz", "sr")
+#: (dataset, model) pairs of the default PTQ study.
+DEFAULT_PAIRS = (("digits", "mlp"), ("digits", "cnn"), ("digits", "lstm"), ("sequence", "lstm"))
+#: The default QAT slice: the CNN on digits, trained in these formats and modes.
+DEFAULT_QAT_PAIRS = (("digits", "cnn"),)
+DEFAULT_QAT_FORMATS = ("fp32", "bf16", "e4m3fn", "e5m2", "posit(8,2)")
+DEFAULT_QAT_ROUNDINGS = ("nearest", "sr")
+
+RESULTS_FILE = "results.jsonl"
+
+
+def available_formats(names: Iterable[str]) -> list[str]:
+    """The names in `names` that this build of anynum knows (for optional defaults).
+
+    >>> available_formats(["e4m3fn", "no_such_format"])
+    ['e4m3fn']
+    """
+    out = []
+    for n in names:
+        try:
+            lookup_format(n)
+        except FormatError:
+            continue
+        out.append(n)
+    return out
+
+
+def pairs_for(datasets: Sequence[str], models: Sequence[str]) -> list[tuple[str, str]]:
+    """Every compatible (dataset, model) pair; an unknown name raises `InputError`.
+
+    >>> pairs_for(["digits", "breast_cancer"], ["cnn", "mlp"])
+    [('digits', 'cnn'), ('digits', 'mlp'), ('breast_cancer', 'mlp')]
+    """
+    for d in datasets:
+        if d not in DATASETS:
+            raise InputError(f"unknown dataset {d!r}; expected one of {', '.join(DATASETS)}.")
+    for m in models:
+        if m not in MODELS:
+            raise InputError(f"unknown model {m!r}; expected one of {', '.join(MODELS)}.")
+    pairs = [(d, m) for d in datasets for m in models if compatible(m, load_dataset(d))]
+    if not pairs and datasets and models:
+        raise InputError(
+            f"no model of {list(models)} can read a dataset of {list(datasets)} "
+            "(cnn needs digits; lstm needs digits or sequence)."
+        )
+    return pairs
+
+
+@dataclass
+class StudySpec:
+    """A study grid: PTQ formats x roundings on `ptq_pairs`, QAT likewise on `qat_pairs`.
+
+    The defaults are the default study (about 200 trials, a few minutes on two cores).
+
+    >>> spec = StudySpec(ptq_pairs=[("digits", "mlp")], formats=["e4m3fn"], roundings=["rz"], qat_pairs=[])
+    >>> [t.format for t in expand_grid(spec)]
+    ['e4m3fn']
+    """
+
+    ptq_pairs: Sequence[tuple[str, str]] = DEFAULT_PAIRS
+    formats: Sequence[str] = field(default_factory=lambda: available_formats(DEFAULT_FORMATS))
+    roundings: Sequence[str] = DEFAULT_ROUNDINGS
+    qat_pairs: Sequence[tuple[str, str]] = DEFAULT_QAT_PAIRS
+    qat_formats: Sequence[str] = field(default_factory=lambda: available_formats(DEFAULT_QAT_FORMATS))
+    qat_roundings: Sequence[str] = DEFAULT_QAT_ROUNDINGS
+    epochs: int = 10
+    batch: int = 32
+    seed: int = 0
+
+
+def expand_grid(spec: StudySpec) -> list[TrialConfig]:
+    """Every trial of `spec` in a stable order (PTQ first), duplicates (by trial id) dropped.
+
+    Unknown formats, rounding modes, datasets or models raise `AnynumError`.
+
+    >>> len(expand_grid(StudySpec(ptq_pairs=[("digits", "cnn")], formats=["fp16", "e2m1"],
+    ...                           roundings=["nearest", "sr"], qat_pairs=[])))
+    4
+    """
+    for name in [*spec.formats, *spec.qat_formats]:
+        lookup_format(name)
+    out: list[TrialConfig] = []
+    seen: set[str] = set()
+    for mode, pairs, fmts, modes in (
+        ("ptq", spec.ptq_pairs, spec.formats, spec.roundings),
+        ("qat", spec.qat_pairs, spec.qat_formats, spec.qat_roundings),
+    ):
+        for dataset, model in pairs:
+            pairs_for([dataset], [model])
+            for f in fmts:
+                for r in modes:
+                    t = TrialConfig(mode, dataset, model, f, r, spec.epochs, None, spec.batch, spec.seed)
+                    if t.trial_id not in seen:
+                        seen.add(t.trial_id)
+                        out.append(t)
+    return out
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` (0 <= i < n) to ``(i, n)``: this machine runs every n-th trial starting at i.
+
+    >>> parse_shard("1/4")
+    (1, 4)
+    >>> parse_shard("4/4")
+    Traceback (most recent call last):
+    ...
+    anynum.errors.InputError: malformed --shard '4/4': expected i/n with 0 <= i < n, e.g. 0/4.
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or not int(m.group(1)) < int(m.group(2)):
+        raise InputError(f"malformed --shard {text!r}: expected i/n with 0 <= i < n, e.g. 0/4.")
+    return int(m.group(1)), int(m.group(2))
+
+
+def read_results(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Finished rows of a results file by trial id (a torn last line is ignored).
+
+    >>> read_results("/nonexistent/results.jsonl")
+    {}
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    p = Path(path)
+    if not p.exists():
+        return rows
+    with p.open(encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and "trial_id" in row:
+                rows[row["trial_id"]] = row
+    return rows
+
+
+@dataclass
+class StudyResult:
+    """What `run_study` did: every row of the grid (in grid order), counts, failures, the out dir."""
+
+    rows: list[dict[str, Any]]
+    new: int
+    skipped: int
+    failures: list[str]
+    out_dir: Path
+    seconds: float
+
+
+def _check_writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"cannot write to output directory {str(out)!r}: {exc.strerror or exc}.") from None
+
+
+def _worker_init() -> None:
+    import torch
+
+    os.environ["ANYNUM_COMPILE"] = "0"
+    torch.set_num_threads(1)
+
+
+def _baseline_task(config: dict[str, Any], cache_dir: str) -> float:
+    return train_baseline(TrialConfig.from_dict(config), cache_dir)[1]
+
+
+def _trial_task(config: dict[str, Any], cache_dir: str) -> dict[str, Any]:
+    return run_trial(config, cache_dir)
+
+
+Outcome = tuple[int, Any, BaseException | None]
+
+
+def _execute(
+    fn: Callable[..., Any], args: list[tuple[Any, ...]], jobs: int, dask_client: Any
+) -> Iterator[Outcome]:
+    """Run ``fn(*a)`` for each a; yields (index, result, exception) as they finish."""
+    if dask_client is not None:
+        import distributed
+
+        futures = {dask_client.submit(fn, *a, pure=False): i for i, a in enumerate(args)}
+        for fut in distributed.as_completed(list(futures)):
+            try:
+                yield futures[fut], fut.result(), None
+            except Exception as exc:
+                yield futures[fut], None, exc
+        return
+    if jobs <= 1 or len(args) <= 1:
+        for i, a in enumerate(args):
+            try:
+                yield i, fn(*a), None
+            except Exception as exc:
+                yield i, None, exc
+        return
+    import concurrent.futures as cf
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as pool:
+        pfut = {pool.submit(fn, *a): i for i, a in enumerate(args)}
+        for pf in cf.as_completed(pfut):
+            error = pf.exception()
+            yield pfut[pf], (None if error else pf.result()), error
+
+
+@dataclass
+class _Progress:
+    total: int
+    mode: str  # "bar" | "log" | "none"
+    bar: Any = None
+    done: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode == "bar":
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                self.mode = "log"
+            else:
+                self.bar = tqdm(total=self.total, unit="trial", file=sys.stderr, dynamic_ncols=True)
+
+    def note(self, message: str) -> None:
+        if self.mode == "log":
+            print(message, file=sys.stderr, flush=True)
+        elif self.mode == "bar":
+            self.bar.write(message, file=sys.stderr)
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.mode == "bar":
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(1)
+        elif self.mode == "log":
+            print(f"[{self.done}/{self.total}] {label}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _label(row: dict[str, Any]) -> str:
+    score = row.get("score")
+    s = "nan" if score is None else f"{score:.2f}"
+    return f"{row['mode']} {row['dataset']}/{row['model']} {row['format']} {row['rounding']}: {s}"
+
+
+def _connect_dask(address: str, jobs: int) -> tuple[Any, Any]:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise AnynumError(
+            "--dask-scheduler needs dask.distributed, which is not installed: pip install 'anynum[dask]'."
+        ) from None
+    if address == "local":
+        cluster = LocalCluster(
+            n_workers=max(jobs, 1), threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        return Client(cluster), cluster
+    try:
+        return Client(address, timeout="10s"), None
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise AnynumError(f"cannot reach the Dask scheduler at {address!r}: {exc}") from None
+
+
+def run_study(
+    trials: StudySpec | Sequence[TrialConfig],
+    out_dir: str | os.PathLike[str] = "anynum-results",
+    *,
+    jobs: int = 1,
+    shard: tuple[int, int] | None = None,
+    dask_scheduler: str | None = None,
+    progress: str = "auto",
+) -> StudyResult:
+    """Run every unfinished trial of a grid, appending rows to ``out_dir/results.jsonl``.
+
+    `progress`: ``"bar"`` (tqdm), ``"log"`` (one line per trial on stderr),
+    ``"none"``, or ``"auto"`` (a bar when stdout is a terminal, else log lines).
+    Failed trials are not recorded (a rerun retries them); their messages are
+    in ``StudyResult.failures``.
+
+    >>> import tempfile
+    >>> spec = StudySpec(ptq_pairs=[("sequence", "mlp")], formats=["e2m1"], roundings=["rz"],
+    ...                  qat_pairs=[], epochs=1)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     first = run_study(spec, d, progress="none")
+    ...     again = run_study(spec, d, progress="none")
+    >>> first.new, again.new, again.skipped
+    (1, 0, 1)
+    """
+    start = time.perf_counter()
+    grid = expand_grid(trials) if isinstance(trials, StudySpec) else list(trials)
+    if shard is not None:
+        i, n = shard
+        grid = grid[i::n]
+    if jobs < 1:
+        raise InputError(f"--jobs must be at least 1, got {jobs}.")
+    out = Path(out_dir)
+    _check_writable(out)
+    results_path = out / RESULTS_FILE
+    cache_dir = str(out / "cache")
+    done = read_results(results_path)
+    pending = [t for t in grid if t.trial_id not in done]
+    if progress == "auto":
+        progress = "bar" if sys.stdout.isatty() and sys.stderr.isatty() else "log"
+    prog = _Progress(len(pending), progress)
+    if len(grid) > len(pending):
+        prog.note(f"resuming: {len(grid) - len(pending)} of {len(grid)} trials already in {results_path}")
+    failures: list[str] = []
+    client = cluster = None
+    try:
+        if pending and dask_scheduler is not None:
+            client, cluster = _connect_dask(dask_scheduler, jobs)
+        # Phase 1: one fp32 baseline per (dataset, model, schedule, seed), trained in parallel.
+        baselines = {t.baseline_id: t for t in pending}
+        if baselines:
+            prog.note(f"training {len(baselines)} fp32 baseline(s)")
+            args = [(t.as_dict(), cache_dir) for t in baselines.values()]
+            for _, _, exc in _execute(_baseline_task, args, jobs, client):
+                if exc is not None:
+                    failures.append(f"baseline: {exc}")
+        # Phase 2: the trials; each row is appended the moment it arrives.
+        new_rows: dict[str, dict[str, Any]] = {}
+        with results_path.open("a", encoding="utf-8") as fh:
+            args = [(t.as_dict(), cache_dir) for t in pending]
+            for i, row, exc in _execute(_trial_task, args, jobs, client):
+                t = pending[i]
+                if exc is not None:
+                    msg = f"{t.mode} {t.dataset}/{t.model} {t.format} {t.rounding}: {exc}"
+                    failures.append(msg)
+                    prog.note(f"FAILED {msg}")
+                    prog.step(f"{t.format} {t.rounding} failed")
+                    continue
+                fh.write(json.dumps(row, sort_keys=True) + "\n")
+                fh.flush()
+                new_rows[row["trial_id"]] = row
+                prog.step(_label(row))
+    finally:
+        prog.close()
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    done.update(new_rows)
+    rows = [done[t.trial_id] for t in grid if t.trial_id in done]
+    return StudyResult(rows, len(new_rows), len(grid) - len(pending), failures, out,
+                       time.perf_counter() - start)
