@@ -280,18 +280,30 @@ def hyperbolic(epochs: int, dim: int = 2) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--parts", default="linreg,logistic,mlp,digits,hyperbolic",
+                    help="comma-separated subset of linreg,logistic,mlp,digits,hyperbolic")
+    ap.add_argument("--engine", default="int8", choices=["int8", "native", "wide"],
+                    help="MC matmul engine (int8: exact int8 GEMMs, the default and fastest on CPU)")
     args = ap.parse_args()
+    mc.set_matmul_engine(args.engine)
     q = args.quick
-    linear_regression(300 if q else 2000)
-    Xs, ys = make_classification(1000, 2, n_informative=1, n_redundant=0, n_clusters_per_class=1,
-                                 random_state=0)
-    logistic("make_classification", Xs, ys, 3e-3, 0.0, 500 if q else 4000)
-    bc = load_breast_cancer()
-    logistic("breast cancer", bc.data, bc.target, 1e-4, 0.9, 500 if q else 3000)
-    mlp("breast cancer", bc.data, bc.target, 150, 6e-3, 0.0, 200 if q else 1000, None)
-    dg = load_digits()
-    mlp("digits", dg.data, dg.target, 50, 2e-3, 0.8, 10 if q else 100, 128)
-    hyperbolic(50 if q else 300)
+    parts = set(args.parts.split(","))
+    if "linreg" in parts:
+        linear_regression(300 if q else 2000)
+    if "logistic" in parts:
+        Xs, ys = make_classification(1000, 2, n_informative=1, n_redundant=0, n_clusters_per_class=1,
+                                     random_state=0)
+        logistic("make_classification", Xs, ys, 3e-3, 0.0, 500 if q else 4000)
+        bc = load_breast_cancer()
+        logistic("breast cancer", bc.data, bc.target, 1e-4, 0.9, 500 if q else 3000)
+    if "mlp" in parts:
+        bc = load_breast_cancer()
+        mlp("breast cancer", bc.data, bc.target, 150, 6e-3, 0.0, 200 if q else 1000, None)
+    if "digits" in parts:
+        dg = load_digits()
+        mlp("digits", dg.data, dg.target, 50, 2e-3, 0.8, 10 if q else 100, 128)
+    if "hyperbolic" in parts:
+        hyperbolic(50 if q else 300)
 
 
 if __name__ == "__main__":

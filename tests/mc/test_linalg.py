@@ -45,7 +45,7 @@ def _check_mm(a, b, got, dtype, nc, bound):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("engine", ["native", "wide"])
+@pytest.mark.parametrize("engine", ["int8", "native", "wide"])
 def test_matmul_mc_times_tensor_and_mc(dtype, engine):
     a = _mc((9, 70), dtype, 2, 1)
     b = _mc((70, 6), dtype, 1, 2).components()[0]
@@ -106,3 +106,27 @@ def test_matmul_nonfinite_follows_native():
     b = torch.tensor([[1.0], [1.0]])
     r = (a @ b).to_tensor()
     assert r[0, 0].isinf() and r[1, 0] == 3.0
+
+
+def test_int8_engine_chunked_inner_dim(monkeypatch):
+    """Inner dimensions above the int32-exact chunk length are split and summed in int64."""
+    from anynum.mc import linalg
+
+    monkeypatch.setattr(linalg, "_INT_K", 16)
+    a = _mc((4, 70), torch.float32, 2, 11)
+    bm = _mc((70, 3), torch.float32, 2, 12)
+    _check_mm(a, bm, mc.matmul(a, bm, engine="int8"), torch.float32, 2, 2.0)
+
+
+def test_int8_engine_batched_and_default():
+    assert mc.linalg._ENGINE[0] == "int8"
+    a = _mc((2, 3, 5, 40), torch.float64, 2, 13)
+    b = _mc((3, 40, 4), torch.float64, 2, 14)
+    r = mc.matmul(a, b, engine="int8")
+    w = mc.matmul(a, b, engine="wide")
+    assert r.shape == (2, 3, 5, 4)
+    d = (r - w).to_tensor(torch.float64).abs().max().item()
+    assert d <= 1e-28
+    bt = torch.randn(3, 40, 4, dtype=torch.float64)
+    assert torch.equal(mc.matmul(a[0, 0], bt).to_tensor(), torch.stack([mc.matmul(a[0, 0], bt[i]).to_tensor()
+                                                                         for i in range(3)]))

@@ -37,8 +37,8 @@ import torch
 from anynum.mc import arith
 from anynum.mc._core import Comps, exponent, info, ldexp
 
-_ENGINE = ["native"]
-ENGINES = ("native", "wide")
+_ENGINE = ["int8"]
+ENGINES = ("int8", "native", "wide")
 _WIDE = {
     torch.float16: torch.float32,
     torch.bfloat16: torch.float32,
@@ -173,9 +173,171 @@ def _ozaki_core(a: Comps, b: Comps, nc_acc: int, target: int, gemm: torch.dtype)
     return acc
 
 
+# ----------------------------------------------------------------- int8 Ozaki engine
+# Digits are truncated 7-bit signed integers (|q| <= 127), so one digit product is at most
+# 127**2 < 2**14 and an int32 dot product of length <= _INT_K = 2**17 is exact
+# (127**2 * 2**17 = 2_114_060_288 < 2**31 - 1); longer inner dimensions are cut into
+# chunks of _INT_K whose int32 results are summed in int64.
+_INT_K = 1 << 17
+_WORK = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _pow2(ex: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """2**ex as `dtype` if every exponent gives a normal number, else None."""
+    inf = info(dtype)
+    if ex.numel() and (int(ex.min()) < inf.emin or int(ex.max()) > inf.emax):
+        return None
+    return torch.exp2(ex.to(dtype))
+
+
+def _digit_slices(x: Comps, levels: int) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """Cut the rows of an (R, k) expansion into int8 digits on one per-row grid.
+
+    With ``e`` the per-row exponent (all components of the row are below ``2**e``), the
+    digit of level s is an int8 matrix ``q`` with weight ``2**(e - 7 - 7s)``: the scaled
+    remainder r (|r| < 128) is truncated to ``q = trunc(r)`` (an exact conversion), and the
+    next remainder ``128 * frac(r)`` is exact too.  Each component is cut separately,
+    starting at the first level whose grid reaches it, so a row is represented by
+    ``sum_s q_s 2**(e-7-7s)`` up to less than ``nc * 2**(e - 7 levels)``.
+    Returns (levels of the slices, component by component; int8 stack (S, R, k) from the scratch pool,
+    to be given back; e of shape (R, 1)).
+    """
+    amaxes = []
+    for c in x:
+        buf = arith._POOL.take(c.shape, c)
+        amaxes.append(torch.abs(c, out=buf).amax(dim=-1, keepdim=True))
+        arith._POOL.give(buf)
+    rmax = amaxes[0]
+    for am in amaxes[1:]:
+        rmax = torch.maximum(rmax, am)
+    e = exponent(rmax)
+    plan: list[tuple[int, int]] = []  # (first level, component)
+    for i in range(len(x)):
+        s0 = 0
+        if i:
+            bound = float(ldexp(amaxes[i], -e).max()) if amaxes[i].numel() else 0.0
+            if bound == 0.0:
+                continue
+            s0 = max(0, math.ceil((-math.log2(bound) - 7) / 7))
+            if s0 >= levels:
+                continue
+        plan.append((s0, i))
+    order = [(s, i) for s0, i in plan for s in range(s0, levels)]  # by component, then level
+    pos = {si: j for j, si in enumerate(order)}
+    like = torch.empty(0, dtype=torch.int8, device=x[0].device)
+    stack = arith._POOL.take(torch.Size((len(order), *x[0].shape)), like)
+    for s0, i in plan:
+        c = x[i]
+        ex = 7 + 7 * s0 - e
+        f = _pow2(ex, c.dtype)
+        r = arith._POOL.take(c.shape, c)
+        if f is not None:
+            torch.mul(c, f, out=r)
+        else:
+            r.copy_(ldexp(c, ex))
+        for s in range(s0, levels):
+            stack[pos[(s, i)]].copy_(r)  # truncation toward zero, |r| < 128
+            if s + 1 < levels:
+                r.frac_().mul_(128.0)
+        arith._POOL.give(r)
+    return [s for s, _ in order], stack, e
+
+
+def _ozaki_int2d(a: Comps, b: Comps, nc_acc: int, levels: int, work: torch.dtype) -> Comps:
+    """Exact int8 digit GEMMs (torch._int_mm) for 2-D a (m, k) and b (k, n) in `work` dtype."""
+    m, k = a[0].shape
+    n = b[0].shape[-1]
+    dev = a[0].device
+    if m == 0 or n == 0 or k == 0:
+        z = torch.zeros(m, n, dtype=work, device=dev)
+        return (z,) + (torch.zeros_like(z),) * (nc_acc - 1)
+    la_s, sa, ea = _digit_slices(a, levels)
+    lb_s, sb, eb = _digit_slices(tuple(c.transpose(-1, -2) for c in b), levels)
+    # The B slices of one component have consecutive levels s0..levels-1 (rows j0..j0+cnt
+    # of the stack).  One GEMM per (A slice, B component) over just the digit pairs above
+    # the cut: P = digits_a @ [digits_b of levels l0..], exact in int32 per chunk of _INT_K.
+    na, nbs = len(la_s), len(lb_s)
+    bf = sb.view(nbs * n, k)
+    groups = [j for j in range(nbs) if j == 0 or lb_s[j] != lb_s[j - 1] + 1]
+    ends = [*groups[1:], nbs]
+    spans = [(j0, lb_s[j0], j1 - j0) for j0, j1 in zip(groups, ends)]
+    # int32 holds the diagonal sums if even the sum over all pairs cannot overflow
+    acc_t = torch.int32 if na * nbs * k * 127 * 127 < 2**31 else torch.int64
+    acc = torch.zeros(m, levels, n, dtype=acc_t, device=dev)
+    for ia, la in enumerate(la_s):
+        for j0, l0, cnt in spans:
+            cnt = min(cnt, levels - la - l0)
+            if cnt <= 0:
+                continue
+            bq = bf[j0 * n : (j0 + cnt) * n]
+            if k <= _INT_K:
+                prod = torch._int_mm(sa[ia], bq.T)
+            else:
+                prod = torch.zeros(m, cnt * n, dtype=torch.int64, device=dev)
+                for k0 in range(0, k, _INT_K):
+                    prod += torch._int_mm(sa[ia, :, k0 : k0 + _INT_K], bq[:, k0 : k0 + _INT_K].T)
+            acc[:, la + l0 : la + l0 + cnt].add_(prod.view(m, cnt, n))
+    arith._POOL.give(sa, sb)
+    # exact int64 diagonal sums -> components of `work`, scaled by 2**(ea + eb - 14 - 7d)
+    ex = ea.unsqueeze(-1) + eb.transpose(-1, -2).unsqueeze(-2) - 14
+    ex = ex - 7 * torch.arange(levels, dtype=ex.dtype, device=dev).view(1, levels, 1)
+    parts = []
+    rest = acc
+    while True:
+        c = rest.to(work)
+        parts.append(c)
+        rest = rest - c.to(torch.int64)
+        if not bool(rest.any()):
+            break
+    f = _pow2(ex, work)
+    parts = [c * f if f is not None else ldexp(c, ex) for c in parts]
+    head = tuple(parts[: max(1, min(nc_acc, 2))])
+    res = tree_sum(arith.pad(head, nc_acc), 1, nc_acc)
+    for c in parts[len(head) :]:  # only when the int sums need more than two components
+        res = arith.add(res, tree_sum(arith.pad((c,), nc_acc), 1, nc_acc), nc_acc)
+    return res
+
+
+def _ozaki_int(a: Comps, b: Comps, nc: int) -> Comps:
+    """Int8 Ozaki product of a (..., m, k) and b (..., k, n) with nc-component result."""
+    t = a[0].dtype
+    work = _WORK.get(t, t)
+    pt = info(t).precision
+    levels = math.ceil((nc * pt + 10) / 7)
+    nc_acc = nc if work == t else max(1, math.ceil(nc * pt / info(work).precision)) + (1 if nc > 1 else 0)
+    a = tuple(c.to(work) for c in a)
+    b = tuple(c.to(work) for c in b)
+    m, n = a[0].shape[-2], b[0].shape[-1]
+    if b[0].dim() == 2:
+        batch = a[0].shape[:-2]
+        res = _ozaki_int2d(tuple(c.reshape(-1, c.shape[-1]) for c in a), b, nc_acc, levels, work)
+        res = tuple(c.reshape(*batch, m, n) for c in res)
+    elif a[0].dim() == 2:
+        batch = b[0].shape[:-2]
+        bt = tuple(c.transpose(-1, -2).reshape(-1, c.shape[-2]) for c in b)
+        res = _ozaki_int2d(bt, tuple(c.T for c in a), nc_acc, levels, work)
+        res = tuple(c.reshape(*batch, n, m).transpose(-1, -2) for c in res)
+    else:
+        batch = torch.broadcast_shapes(a[0].shape[:-2], b[0].shape[:-2])
+        ab = [c.expand(*batch, *c.shape[-2:]).reshape(-1, *c.shape[-2:]) for c in a]
+        bb = [c.expand(*batch, *c.shape[-2:]).reshape(-1, *c.shape[-2:]) for c in b]
+        outs = [
+            _ozaki_int2d(tuple(c[i] for c in ab), tuple(c[i] for c in bb), nc_acc, levels, work)
+            for i in range(ab[0].shape[0])
+        ]
+        res = tuple(torch.stack([o[j] for o in outs]).reshape(*batch, m, n) for j in range(nc_acc))
+    if work != t:
+        from anynum.mc.convert import convert_comps
+
+        res = convert_comps(res, t, nc)
+    return res
+
+
 def matmul2(a: Comps, b: Comps, nc: int, engine: str | None = None) -> Comps:
     """MC matrix product of a (..., m, k) and b (..., k, n) component tuples."""
     engine = engine or _ENGINE[0]
+    if engine == "int8":
+        return _ozaki_int(a, b, nc)
     t = a[0].dtype
     pt = info(t).precision
     target = nc * pt + 3

@@ -50,13 +50,15 @@ def _implements(*funcs: Callable[..., Any]) -> Callable[[Callable[..., Any]], Ca
 
 
 def set_matmul_engine(engine: str) -> None:
-    """Choose the default GEMM engine of MC matrix products: ``"native"`` or ``"wide"``.
+    """Choose the default GEMM engine of MC matrix products: ``"int8"``, ``"native"`` or ``"wide"``.
 
-    ``"native"`` (default) runs every GEMM in the component dtype; ``"wide"`` uses float32
-    GEMMs for float16/bfloat16 components and float64 GEMMs for float32 components.
+    ``"int8"`` (default) cuts the operands into 7-bit integer digits and multiplies them
+    with exact int8 x int8 -> int32 GEMMs (``torch._int_mm``), never a wider float type;
+    ``"native"`` runs every GEMM in the component dtype; ``"wide"`` uses float32 GEMMs for
+    float16/bfloat16 components and float64 GEMMs for float32 components.
 
     >>> from anynum import mc
-    >>> mc.set_matmul_engine("wide"); mc.set_matmul_engine("native")
+    >>> mc.set_matmul_engine("wide"); mc.set_matmul_engine("int8")
     """
     if engine not in linalg.ENGINES:
         raise AnynumError(f"matmul engine must be one of {linalg.ENGINES}, got {engine!r}")
@@ -1151,9 +1153,9 @@ def log_softmax(x: MCTensor, dim: int | None = None, *args: Any, **kwargs: Any) 
 @_implements(torch.matmul, torch.Tensor.matmul)
 def matmul(x: Any, y: Any, *, engine: str | None = None) -> MCTensor:
     """``x @ y`` (torch.matmul semantics) for MC x tensor, tensor x MC and MC x MC, with
-    Ozaki error-free slicing into native GEMMs (see `anynum.mc.linalg`).  `engine`
-    ``"native"`` (component dtype GEMMs, default) or ``"wide"``.  NaN/inf anywhere in a
-    row/column give the native result of the leading components there.
+    Ozaki error-free slicing into exact GEMMs (see `anynum.mc.linalg`).  `engine`
+    ``"int8"`` (exact int8 GEMMs, default), ``"native"`` (component dtype GEMMs) or
+    ``"wide"``.  NaN/inf anywhere in a row/column give the native result of the leading components there.
 
     >>> import torch
     >>> from anynum import mc
@@ -1171,10 +1173,11 @@ def matmul(x: Any, y: Any, *, engine: str | None = None) -> MCTensor:
     def fwd(p: Comps, q: Comps) -> Comps:
         if nc == 1:
             return (torch.matmul(p[0], q[0]),)
+        # a finite sum proves every entry finite (one cheap pass); else check entrywise
+        if bool(torch.isfinite(p[0].sum() + q[0].sum())):
+            return linalg.matmul(p, q, nc, engine)
         fa = torch.isfinite(p[0])
         fb = torch.isfinite(q[0])
-        if bool(fa.all()) and bool(fb.all()):
-            return linalg.matmul(p, q, nc, engine)
         p2 = tuple(torch.where(fa, c, torch.zeros_like(c)) for c in p)
         q2 = tuple(torch.where(fb, c, torch.zeros_like(c)) for c in q)
         res = linalg.matmul(p2, q2, nc, engine)
