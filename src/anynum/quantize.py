@@ -18,6 +18,7 @@ from anynum.formats.base import Format
 from anynum.formats.fixed import IntFormat
 from anynum.formats.registry import format as lookup_format
 from anynum.kernels import fused_round, round_to_format, use_fused, working_dtype
+from anynum.kernels.native import native_cast_dtype
 from anynum.rounding import (
     RandomSource,
     Rounding,
@@ -160,9 +161,12 @@ def _quantize_tensor(
             f"for input {tuple(x.shape)}/{x.dtype}/{x.device}."
         )
     wdt = working_dtype(fmt, x.dtype)
+    native = native_cast_dtype(fmt, mode, overflow, x)
     with torch.no_grad():
         xw = x.detach().to(wdt)
-        if use_fused(xw, rng):
+        if native is not None:
+            y = xw.to(native).to(wdt)
+        elif use_fused(xw, rng):
             if out is not None and out.dtype == wdt:
                 return fused_round(fmt, xw, mode, overflow, rng, rand_bits, out)
             y = fused_round(fmt, xw, mode, overflow, rng, rand_bits)

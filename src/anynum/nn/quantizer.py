@@ -31,40 +31,6 @@ NumberLike = Union[Format, str, tuple, "Rounder", None]
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def _native_casts() -> dict[tuple[Format, str], torch.dtype]:
-    # torch's own casts round float32 to nearest-even exactly like our kernels for
-    # these (format, overflow) pairs; tests/nn/test_quantizer.py proves it bit for bit.
-    from anynum import formats as f
-
-    table: dict[tuple[Format, str], torch.dtype] = {
-        (f.FP16, "inf"): torch.float16,
-        (f.BF16, "inf"): torch.bfloat16,
-    }
-    for name, fmt, overflow in (
-        ("float8_e4m3fn", f.E4M3FN, "saturate"),
-        ("float8_e5m2", f.E5M2, "inf"),
-        ("float8_e4m3fnuz", f.E4M3FNUZ, "nan"),
-        ("float8_e5m2fnuz", f.E5M2FNUZ, "nan"),
-    ):
-        dtype = getattr(torch, name, None)
-        if dtype is not None:
-            table[(fmt, overflow)] = dtype
-    return table
-
-
-_NATIVE: dict[tuple[Format, str], torch.dtype] | None = None
-
-
-def native_cast_dtype(fmt: Format, mode: Rounding, overflow: str) -> torch.dtype | None:
-    """The torch dtype whose float32 cast equals rounding onto `fmt` (or None)."""
-    global _NATIVE
-    if mode is not Rounding.NEAREST_EVEN or not isinstance(fmt, FloatFormat):
-        return None
-    if _NATIVE is None:
-        _NATIVE = _native_casts()
-    return _NATIVE.get((fmt, overflow))
-
-
 class Rounder:
     """One number category, resolved once: format, rounding mode, overflow and random stream.
 
@@ -113,7 +79,6 @@ class Rounder:
         self._generators: dict[torch.device, torch.Generator] = {}
         if generator is not None:
             self._generators[generator.device] = generator
-        self._native = native_cast_dtype(self.fmt, self.mode, self.overflow)
         self._checked: set[torch.dtype] = set()
 
     def __repr__(self) -> str:
@@ -155,8 +120,6 @@ class Rounder:
         self._checked.add(dtype)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self._native is not None and x.dtype == torch.float32:
-            return x.detach().to(self._native).to(torch.float32)
         self.check_dtype(x.dtype)
         # A generator hands quantize one fresh seed per call, so successive calls are independent.
         gen = self.generator(x.device) if self.mode.is_stochastic else None

@@ -1,0 +1,61 @@
+"""The native-cast shortcut equals the reference kernel bit for bit wherever it is used."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import anynum as an
+from anynum.kernels import round_to_format
+from anynum.kernels.native import native_cast_dtype
+from anynum.rounding import Rounding
+
+
+def _probe() -> torch.Tensor:
+    """Every float16 and bfloat16 pattern, random bit patterns, dense random values, specials."""
+    g = torch.Generator().manual_seed(0)
+    all16 = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16)
+    raw = torch.randint(-(2**31), 2**31 - 1, (200_000,), generator=g, dtype=torch.int64)
+    dense = torch.randn(200_000, generator=g) * torch.exp2(torch.randint(-30, 20, (200_000,), generator=g).float())
+    special = torch.tensor(
+        [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 448.0, 464.0, 480.0, 57344.0, 61440.0,
+         65504.0, 65520.0, 2.0**-18, 2.0**-25, -(2.0**-149)]
+    )
+    return torch.cat([
+        all16.view(torch.float16).float(),
+        all16.view(torch.bfloat16).float(),
+        raw.to(torch.int32).view(torch.float32),
+        dense,
+        special,
+    ])
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    same = (a.view(torch.int32) == b.view(torch.int32)) | (torch.isnan(a) & torch.isnan(b))
+    return bool(same.all())
+
+
+@pytest.mark.parametrize(
+    ("fmt", "overflow"),
+    [(an.FP16, "inf"), (an.BF16, "inf"), (an.E4M3FN, "saturate"), (an.E5M2, "inf"),
+     (an.E4M3FNUZ, "nan"), (an.E5M2FNUZ, "nan")],
+    ids=repr,
+)
+def test_native_cast_equals_reference_kernel(fmt: an.Format, overflow: str) -> None:
+    x = _probe()
+    native = native_cast_dtype(fmt, Rounding.NEAREST_EVEN, overflow, x)
+    assert native is not None
+    ref = round_to_format(fmt, x, Rounding.NEAREST_EVEN, overflow, None, None)
+    assert _bits_equal(x.to(native).float(), ref)
+    assert _bits_equal(an.quantize(x, fmt, overflow=overflow), ref)
+
+
+def test_shortcut_not_used_where_it_would_differ() -> None:
+    x32 = torch.ones(3)
+    assert native_cast_dtype(an.FP16, Rounding.NEAREST_EVEN, "saturate", x32) is None
+    assert native_cast_dtype(an.BF16, Rounding.TOWARD_ZERO, "inf", x32) is None
+    # torch casts float64 through float32: double rounding, so no shortcut
+    assert native_cast_dtype(an.FP16, Rounding.NEAREST_EVEN, "inf", x32.double()) is None
+    assert an.quantize(torch.tensor([1e6]), an.FP16, overflow="saturate").item() == 65504.0
+    x = torch.tensor([1 + 2.0**-11 + 2.0**-40], dtype=torch.float64)
+    assert an.quantize(x, an.FP16).item() == 1 + 2.0**-10
