@@ -16,18 +16,37 @@ def _probe() -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
     all16 = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16)
     raw = torch.randint(-(2**31), 2**31 - 1, (200_000,), generator=g, dtype=torch.int64)
-    dense = torch.randn(200_000, generator=g) * torch.exp2(torch.randint(-30, 20, (200_000,), generator=g).float())
-    special = torch.tensor(
-        [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 448.0, 464.0, 480.0, 57344.0, 61440.0,
-         65504.0, 65520.0, 2.0**-18, 2.0**-25, -(2.0**-149)]
+    dense = torch.randn(200_000, generator=g) * torch.exp2(
+        torch.randint(-30, 20, (200_000,), generator=g).float()
     )
-    return torch.cat([
-        all16.view(torch.float16).float(),
-        all16.view(torch.bfloat16).float(),
-        raw.to(torch.int32).view(torch.float32),
-        dense,
-        special,
-    ])
+    special = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            float("inf"),
+            -float("inf"),
+            float("nan"),
+            448.0,
+            464.0,
+            480.0,
+            57344.0,
+            61440.0,
+            65504.0,
+            65520.0,
+            2.0**-18,
+            2.0**-25,
+            -(2.0**-149),
+        ]
+    )
+    return torch.cat(
+        [
+            all16.view(torch.float16).float(),
+            all16.view(torch.bfloat16).float(),
+            raw.to(torch.int32).view(torch.float32),
+            dense,
+            special,
+        ]
+    )
 
 
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -37,8 +56,14 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 @pytest.mark.parametrize(
     ("fmt", "overflow"),
-    [(an.FP16, "inf"), (an.BF16, "inf"), (an.E4M3FN, "saturate"), (an.E5M2, "inf"),
-     (an.E4M3FNUZ, "nan"), (an.E5M2FNUZ, "nan")],
+    [
+        (an.FP16, "inf"),
+        (an.BF16, "inf"),
+        (an.E4M3FN, "saturate"),
+        (an.E5M2, "inf"),
+        (an.E4M3FNUZ, "nan"),
+        (an.E5M2FNUZ, "nan"),
+    ],
     ids=repr,
 )
 def test_native_cast_equals_reference_kernel(fmt: an.Format, overflow: str) -> None:

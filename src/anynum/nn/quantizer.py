@@ -17,7 +17,6 @@ from torch import nn
 
 from anynum.errors import AnynumError
 from anynum.formats.base import Format
-from anynum.formats.floating import FloatFormat
 from anynum.formats.registry import format as lookup_format
 from anynum.quantize import check_representable, quantize
 from anynum.rounding import Rounding, RoundingLike, parse_rounding
