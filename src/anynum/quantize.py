@@ -218,8 +218,8 @@ def quantize(
     [1.0, inf, -0.0]
     >>> an.quantize(torch.tensor([70000.0]), an.FP16, overflow="saturate").tolist()
     [65504.0]
-    >>> an.quantize(torch.tensor([0.3] * 4), an.E2M1, "sr", seed=0).tolist()
-    [0.5, 0.0, 0.0, 0.0]
+    >>> an.quantize(torch.tensor([0.3] * 4), an.E2M1, "sr", seed=0).tolist()  # 0.5 w.p. 0.6
+    [0.0, 0.5, 0.5, 0.5]
     """
     fmt = _as_format(fmt)
     mode = parse_rounding(rounding)

@@ -38,7 +38,9 @@ from anynum.formats.floating import (
     FloatFormat,
     p3109,
 )
+from anynum.formats.posit import POSIT8, POSIT16, POSIT32, Posit
 from anynum.formats.registry import format, list_formats, register_family, register_name
+from anynum.formats.table import Table
 
 q43 = Q43
 q52 = Q52
@@ -65,6 +67,9 @@ __all__ = [
     "MXFP8_E5M2",
     "MXINT8",
     "NVFP4",
+    "POSIT8",
+    "POSIT16",
+    "POSIT32",
     "Q43",
     "Q52",
     "TF32",
@@ -74,6 +79,8 @@ __all__ = [
     "Format",
     "FormatInfo",
     "IntFormat",
+    "Posit",
+    "Table",
     "UniformFormat",
     "format",
     "list_formats",
