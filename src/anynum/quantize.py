@@ -164,9 +164,11 @@ def _quantize_tensor(
     native = native_cast_dtype(fmt, mode, overflow, x)
     with torch.no_grad():
         xw = x.detach().to(wdt)
-        if native is not None:
+        fused = use_fused(xw, rng)
+        # torch's float8 casts are slower than our fused kernel; its fp16/bf16 casts are not.
+        if native is not None and (not fused or native in (torch.float16, torch.bfloat16)):
             y = xw.to(native).to(wdt)
-        elif use_fused(xw, rng):
+        elif fused:
             if out is not None and out.dtype == wdt:
                 return fused_round(fmt, xw, mode, overflow, rng, rand_bits, out)
             y = fused_round(fmt, xw, mode, overflow, rng, rand_bits)
