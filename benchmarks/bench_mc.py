@@ -8,12 +8,20 @@ sides alike.  The MCTensor paper's own code, on this machine at 1 thread, nc=2 f
 add 73 ms (~74x), mul 1070 ms, div 522 ms, mv 793 ms (~720x), matmul 1709 ms (~4900x).
 Targets: add <= 7x, mul/div <= 30x, mv/matmul <= 20x.  The matrix products use the default
 engine (exact int8 GEMMs); the "native" rows are the previous default, for comparison.
+
+``--baseline DIR`` adds "(baseline)" rows that run the same MCTensor operations with the
+``arith.py``/``linalg.py`` found in DIR (e.g. an earlier version extracted with
+``git show REV:src/anynum/mc/arith.py > DIR/arith.py``, same for linalg.py), interleaved in
+the same run, for before/after comparisons on a noisy machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
+import os
 import statistics
 import time
 
@@ -29,7 +37,41 @@ def _time(f, inner: int) -> float:
     return (time.perf_counter() - t0) / inner
 
 
-def cases(dtype: torch.dtype):
+def _load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def baseline(directory: str):
+    """A wrapper running a callable with the arith/linalg modules of `directory` swapped in."""
+    from anynum.mc import tensor
+
+    old_arith = _load(os.path.join(directory, "arith.py"), "_mc_baseline_arith")
+    old_linalg = _load(os.path.join(directory, "linalg.py"), "_mc_baseline_linalg")
+    old_linalg.arith = old_arith
+
+    @contextlib.contextmanager
+    def swapped():
+        saved = tensor.arith, tensor.linalg
+        tensor.arith, tensor.linalg = old_arith, old_linalg
+        try:
+            yield
+        finally:
+            tensor.arith, tensor.linalg = saved
+
+    def wrap(f):
+        def run():
+            with swapped():
+                return f()
+        return run
+
+    return wrap
+
+
+def cases(dtype: torch.dtype, base=None):
     g = torch.Generator().manual_seed(0)
     X = torch.randn(1000, 1000, dtype=torch.float64, generator=g)
     Y = torch.randn(1000, 1000, dtype=torch.float64, generator=g) + 3.0
@@ -41,7 +83,7 @@ def cases(dtype: torch.dtype):
     B = torch.randn(200, 50, dtype=torch.float64, generator=g)
     a, bm = mc.MCTensor(A, 2, dtype=dtype), mc.MCTensor(B, 2, dtype=dtype)
     vt, bt = v.to(dtype), B.to(dtype)
-    return [
+    out = [
         ("add 1000x1000 (MC+MC)", lambda: X + Y, lambda: x + y, 3),
         ("mul 1000x1000 (MC*MC)", lambda: X * Y, lambda: x * y, 3),
         ("div 1000x1000 (MC/MC)", lambda: X / Y, lambda: x / y, 2),
@@ -57,6 +99,16 @@ def cases(dtype: torch.dtype):
         ("matmul native engine (MC.MC)", lambda: A @ B,
          lambda: mc.matmul(a, bm, engine="native"), 1),
     ]
+    if base is not None:
+        out += [
+            ("add 1000x1000 (MC+MC) (baseline)", lambda: X + Y, base(lambda: x + y), 3),
+            ("mul 1000x1000 (MC*MC) (baseline)", lambda: X * Y, base(lambda: x * y), 3),
+            ("div 1000x1000 (MC/MC) (baseline)", lambda: X / Y, base(lambda: x / y), 2),
+            ("mv (5000x500).500 (MC.tensor) (baseline)", lambda: M @ v, base(lambda: m @ vt), 1),
+            ("matmul (500x200).(200x50) (MC.tensor) (baseline)", lambda: A @ B, base(lambda: a @ bt), 2),
+            ("matmul (500x200).(200x50) (MC.MC) (baseline)", lambda: A @ B, base(lambda: a @ bm), 1),
+        ]
+    return out
 
 
 def main() -> None:
@@ -64,12 +116,16 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--baseline", default=None,
+                    help="directory with an earlier arith.py and linalg.py to compare against")
     args = ap.parse_args()
+    base = baseline(args.baseline) if args.baseline else None
     dtype = getattr(torch, args.dtype)
     results = []
-    for threads in (1, 2):
+    for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
-        for name, ref, op, inner in cases(dtype):
+        for name, ref, op, inner in cases(dtype, base):
             ref(), op()
             ratios, tr, to = [], [], []
             for _ in range(args.reps):

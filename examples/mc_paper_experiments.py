@@ -1,10 +1,11 @@
 """The MCTensor paper's experiments on bundled scikit-learn data, with anynum.mc.
 
-Run:  python examples/mc_paper_experiments.py [--quick]
+Run:  python examples/mc_paper_experiments.py [--quick] [--parts mlp,digits,...] [--epochs N]
 
 Prints final losses / accuracies for plain float16/float32/float64 models and MC
 float16 models (nc = 1, 2, 3), plus a Poincare half-space embedding of a generated tree
-with float64 vs MC float64 (nc = 2).  --quick uses fewer epochs.
+with float64 vs MC float64 (nc = 2, 3).  --quick uses fewer epochs; --epochs overrides the
+epoch count of every selected part.
 """
 
 from __future__ import annotations
@@ -225,9 +226,11 @@ def hyperbolic(epochs: int, dim: int = 2) -> None:
         nan_epoch = None
         for ep in range(epochs):
             opt.zero_grad()
-            negs = torch.randint(0, n, (len(rel), nneg), generator=gen)
-            cand = torch.cat([rel_t[:, 1:], negs], 1)
             u = rel_t[:, 0]
+            negs = torch.randint(0, n, (len(rel), nneg), generator=gen)
+            # a node is never its own negative: d(u, u) = 0 is where arcosh' is infinite (NaN grads)
+            negs = torch.where(negs == u[:, None], (negs + 1) % n, negs)
+            cand = torch.cat([rel_t[:, 1:], negs], 1)
             if use_mc:
                 eu = emb(u).unsqueeze(1)
                 ec = emb(cand)
@@ -239,6 +242,12 @@ def hyperbolic(epochs: int, dim: int = 2) -> None:
                 nan_epoch = ep
                 break
             loss.backward()
+            with torch.no_grad():  # Riemannian SGD: the half-space metric scales gradients by x_n^2
+                if use_mc:
+                    xn = emb.weight.data[0, :, -1]
+                    emb.weight.grad.mul_((xn * xn)[:, None])
+                else:
+                    w.grad.mul_((w.data[:, -1] ** 2)[:, None])
             opt.step()
             with torch.no_grad():  # keep points in the upper half space
                 if use_mc:
@@ -284,26 +293,32 @@ def main() -> None:
                     help="comma-separated subset of linreg,logistic,mlp,digits,hyperbolic")
     ap.add_argument("--engine", default="int8", choices=["int8", "native", "wide"],
                     help="MC matmul engine (int8: exact int8 GEMMs, the default and fastest on CPU)")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="override the number of epochs of every selected part")
     args = ap.parse_args()
     mc.set_matmul_engine(args.engine)
     q = args.quick
+
+    def ep(quick: int, full: int) -> int:
+        return args.epochs if args.epochs is not None else (quick if q else full)
+
     parts = set(args.parts.split(","))
     if "linreg" in parts:
-        linear_regression(300 if q else 2000)
+        linear_regression(ep(300, 2000))
     if "logistic" in parts:
         Xs, ys = make_classification(1000, 2, n_informative=1, n_redundant=0, n_clusters_per_class=1,
                                      random_state=0)
-        logistic("make_classification", Xs, ys, 3e-3, 0.0, 500 if q else 4000)
+        logistic("make_classification", Xs, ys, 3e-3, 0.0, ep(500, 4000))
         bc = load_breast_cancer()
-        logistic("breast cancer", bc.data, bc.target, 1e-4, 0.9, 500 if q else 3000)
+        logistic("breast cancer", bc.data, bc.target, 1e-4, 0.9, ep(500, 3000))
     if "mlp" in parts:
         bc = load_breast_cancer()
-        mlp("breast cancer", bc.data, bc.target, 150, 6e-3, 0.0, 200 if q else 1000, None)
+        mlp("breast cancer", bc.data, bc.target, 150, 6e-3, 0.0, ep(200, 1000), None)
     if "digits" in parts:
         dg = load_digits()
-        mlp("digits", dg.data, dg.target, 50, 2e-3, 0.8, 10 if q else 100, 128)
+        mlp("digits", dg.data, dg.target, 50, 2e-3, 0.8, ep(10, 100), 128)
     if "hyperbolic" in parts:
-        hyperbolic(50 if q else 300)
+        hyperbolic(ep(50, 300))
 
 
 if __name__ == "__main__":

@@ -130,3 +130,29 @@ def test_int8_engine_batched_and_default():
     bt = torch.randn(3, 40, 4, dtype=torch.float64)
     assert torch.equal(mc.matmul(a[0, 0], bt).to_tensor(), torch.stack([mc.matmul(a[0, 0], bt[i]).to_tensor()
                                                                          for i in range(3)]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mag", [20, 36, 50])
+def test_int8_engine_diagonal_combination(dtype, mag):
+    """The exact integer diagonal sums are combined exactly (int64 Horner groups) and rounded
+    once per MC addition: the result is within a few u^2 of the exact rational sum, for
+    diagonal sums up to 2**50 (few diagonals per group), with mixed signs and exponents."""
+    from anynum.mc import linalg
+
+    g = torch.Generator().manual_seed(mag)
+    levels, m, n = 9, 5, 4
+    acc = torch.randint(-(2**mag), 2**mag, (levels, m, n), generator=g, dtype=torch.int64)
+    acc[:, 0, 0] = 0
+    acc[3, 1, 1] = -(2**mag)  # the extreme value
+    ea = torch.randint(-20, 20, (m, 1), generator=g, dtype=torch.int32)
+    eb = torch.randint(-20, 20, (1, n), generator=g, dtype=torch.int32)
+    got = exact(linalg._combine_diagonals(acc, ea, eb, 2, dtype))
+    unit = Fraction(1, 2 ** (2 * PREC[dtype]))
+    for i in range(m):
+        for j in range(n):
+            terms = [int(acc[d, i, j]) * Fraction(2) ** (int(ea[i, 0]) + int(eb[0, j]) - 14 - 7 * d)
+                     for d in range(levels)]
+            want = sum(terms, Fraction(0))
+            scale = sum((abs(t) for t in terms), Fraction(0))
+            assert abs(got[i * n + j] - want) <= 2 * unit * scale, (i, j)

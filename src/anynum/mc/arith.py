@@ -81,18 +81,65 @@ def _pooled(*ts: torch.Tensor) -> torch.Size | None:
     """Broadcast shape if the pooled in-place kernels apply, else None."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
         return None
-    shape = torch.broadcast_shapes(*(t.shape for t in ts))
-    n = 1
-    for d in shape:
-        n *= d
-    if n < _Pool.MIN_NUMEL:
+    shape = ts[0].shape
+    if any(t.shape != shape for t in ts[1:]):
+        shape = torch.broadcast_shapes(*(t.shape for t in ts))
+    if shape.numel() < _Pool.MIN_NUMEL:
         return None
     return shape
 
 
-def _dw_plus_dw_pooled(xh, xl, yh, yl, shape):  # type: ignore[no-untyped-def]
+# Elements per block of the blocked CPU kernels (per thread): with float32 components the
+# 9-10 arrays a double-word kernel touches (inputs, scratch, outputs) take ~2.5 MiB per block,
+# so the 20-27 passes over one block run from L2/L3 instead of main memory.
+BLOCK = 1 << 16
+
+
+def _run(kernel, nscratch: int, shape: torch.Size, *ins: torch.Tensor) -> Comps:  # type: ignore[no-untyped-def]
+    """Run an elementwise double-word kernel ``kernel(*ins, *scratch, out_h, out_l)``.
+
+    The kernel performs a fixed sequence of elementwise torch operations with ``out=``
+    arguments, so running it block by block gives bit-for-bit the same result as running it on
+    the whole tensors.  On the CPU, with same-shape contiguous inputs, the work is cut into
+    blocks of ``BLOCK`` elements per thread that stay in cache across the ~20 passes, and
+    both result components are written into one ``(2, *shape)`` allocation.  Otherwise
+    (broadcasting, other devices) the kernel runs once on whole tensors with pooled scratch.
+    """
+    x0 = ins[0]
+    if x0.device.type == "cpu" and all(t.shape == shape and t.is_contiguous() for t in ins):
+        out = torch.empty((2, *shape), dtype=x0.dtype, device=x0.device)
+        n = out[0].numel()
+        blk = BLOCK * max(1, torch.get_num_threads())
+        size = torch.Size((min(blk, n),))
+        scr = [_POOL.take(size, x0) for _ in range(nscratch)]  # taken, so reentrant-safe
+        flat = [t.reshape(-1) for t in ins]
+        oh, ol = out.view(2, -1).unbind(0)
+        for i in range(0, n, blk):
+            j = min(n, i + blk)
+            if j - i == blk or i == 0:
+                sc = scr
+            else:
+                sc = [t[: j - i] for t in scr]
+            kernel(*(t[i:j] for t in flat), *sc, oh[i:j], ol[i:j])
+        _POOL.give(*scr)
+        zh, zl = out.unbind(0)
+        return zh, zl
     P = _POOL
-    t0, t1, t2, t3, t4 = (P.take(shape, xh) for _ in range(5))
+    scr = [P.take(shape, x0) for _ in range(nscratch)]
+    zh = torch.empty(shape, dtype=x0.dtype, device=x0.device)
+    zl = torch.empty_like(zh)
+    kernel(*ins, *scr, zh, zl)
+    P.give(*scr)
+    return zh, zl
+
+
+def _k_dw_plus_dw(xh, xl, yh, yl, t0, t1, t2, zh, zl):  # type: ignore[no-untyped-def]
+    """AccurateDWPlusDW (JMP17 Alg. 6) with out= operations; zh, zl receive the result.
+
+    The output buffers double as scratch (zh holds bb, zl holds tl and w) so that a block
+    touches 9 arrays, and operations overwrite a dead operand where they can (two arrays
+    streamed instead of three).
+    """
     torch.add(xh, yh, out=t0)  # sh
     torch.sub(t0, xh, out=t1)  # bb
     torch.sub(t0, t1, out=t2)
@@ -100,26 +147,23 @@ def _dw_plus_dw_pooled(xh, xl, yh, yl, shape):  # type: ignore[no-untyped-def]
     torch.sub(yh, t1, out=t1)
     t2.add_(t1)  # sl
     torch.add(xl, yl, out=t1)  # th
-    torch.sub(t1, xl, out=t3)  # bb
-    torch.sub(t1, t3, out=t4)
-    torch.sub(xl, t4, out=t4)
-    torch.sub(yl, t3, out=t3)
-    t4.add_(t3)  # tl
+    torch.sub(t1, xl, out=zh)  # bb
+    torch.sub(t1, zh, out=zl)
+    torch.sub(xl, zl, out=zl)
+    torch.sub(yl, zh, out=zh)
+    zl.add_(zh)  # tl
     t2.add_(t1)  # c = sl + th
     torch.add(t0, t2, out=t1)  # vh
-    torch.sub(t1, t0, out=t3)
-    torch.sub(t2, t3, out=t3)  # vl
-    t4.add_(t3)  # w
-    zh = t1 + t4
-    zl = zh - t1
-    torch.sub(t4, zl, out=zl)
-    P.give(t0, t1, t2, t3, t4)
-    return zh, zl
+    torch.sub(t1, t0, out=t0)  # vh - sh
+    t2.sub_(t0)  # vl = c - (vh - sh)
+    zl.add_(t2)  # w = tl + vl
+    torch.add(t1, zl, out=zh)  # zh = RN(vh + w)
+    torch.sub(zh, t1, out=t1)  # zh - vh
+    zl.sub_(t1)  # zl = w - (zh - vh)
 
 
-def _dw_plus_fp_pooled(xh, xl, y, shape):  # type: ignore[no-untyped-def]
-    P = _POOL
-    t0, t1, t2 = (P.take(shape, xh) for _ in range(3))
+def _k_dw_plus_fp(xh, xl, y, t0, t1, t2, zh, zl):  # type: ignore[no-untyped-def]
+    """DWPlusFP (JMP17 Alg. 4) with out= operations."""
     torch.add(xh, y, out=t0)  # sh
     torch.sub(t0, xh, out=t1)  # bb
     torch.sub(t0, t1, out=t2)
@@ -127,16 +171,13 @@ def _dw_plus_fp_pooled(xh, xl, y, shape):  # type: ignore[no-untyped-def]
     torch.sub(y, t1, out=t1)
     t2.add_(t1)  # sl
     t2.add_(xl)  # v
-    zh = t0 + t2
-    zl = zh - t0
+    torch.add(t0, t2, out=zh)
+    torch.sub(zh, t0, out=zl)
     torch.sub(t2, zl, out=zl)
-    P.give(t0, t1, t2)
-    return zh, zl
 
 
-def _dw_times_dw_fma_pooled(xh, xl, yh, yl, shape):  # type: ignore[no-untyped-def]
-    P = _POOL
-    t0, t1, t2 = (P.take(shape, xh) for _ in range(3))
+def _k_dw_times_dw_fma(xh, xl, yh, yl, t0, t1, t2, zh, zl):  # type: ignore[no-untyped-def]
+    """DWTimesDW3 (JMP17 Alg. 12) with out= operations (addcmul is a verified FMA)."""
     torch.mul(xh, yh, out=t0)  # ch
     torch.neg(t0, out=t1)
     torch.addcmul(t1, xh, yh, out=t1)  # cl1
@@ -144,25 +185,50 @@ def _dw_times_dw_fma_pooled(xh, xl, yh, yl, shape):  # type: ignore[no-untyped-d
     torch.addcmul(t2, xh, yl, out=t2)  # tl1
     torch.addcmul(t2, xl, yh, out=t2)  # cl2
     t1.add_(t2)  # cl3
-    zh = t0 + t1
-    zl = zh - t0
+    torch.add(t0, t1, out=zh)
+    torch.sub(zh, t0, out=zl)
     torch.sub(t1, zl, out=zl)
-    P.give(t0, t1, t2)
-    return zh, zl
 
 
-def _dw_times_fp_fma_pooled(xh, xl, y, shape):  # type: ignore[no-untyped-def]
-    P = _POOL
-    t0, t1 = (P.take(shape, xh) for _ in range(2))
+def _k_dw_div_dw_fma(xh, xl, yh, yl, t0, t1, t2, t3, zh, zl):  # type: ignore[no-untyped-def]
+    """DWDivDW2 (JMP17 Alg. 17, with DWTimesFP1 and an FMA two_prod) with out= operations."""
+    torch.div(xh, yh, out=t0)  # th
+    torch.mul(yh, t0, out=t1)  # ch
+    torch.neg(t1, out=t2)
+    torch.addcmul(t2, yh, t0, out=t2)  # cl1
+    torch.mul(yl, t0, out=t3)  # cl2
+    torch.add(t1, t3, out=zh)  # th2 = ch + cl2
+    torch.sub(zh, t1, out=t1)
+    t3.sub_(t1)  # tl1 = cl2 - (th2 - ch)
+    t3.add_(t2)  # tl2 = tl1 + cl1
+    torch.add(zh, t3, out=t1)  # rh = th2 + tl2
+    torch.sub(t1, zh, out=zh)
+    t3.sub_(zh)  # rl = tl2 - (rh - th2)
+    torch.sub(xh, t1, out=zl)  # ph = xh + (-rh)
+    torch.sub(zl, xh, out=t2)  # bb
+    torch.sub(zl, t2, out=zh)
+    torch.sub(xh, zh, out=zh)  # xh - (ph - bb)
+    t1.neg_()
+    t1.sub_(t2)  # (-rh) - bb
+    zh.add_(t1)  # pl
+    torch.sub(xl, t3, out=t3)  # dh = xl - rl
+    zh.add_(t3)  # dl = pl + dh
+    zl.add_(zh)  # d = ph + dl
+    zl.div_(yh)  # tl = d / yh
+    torch.add(t0, zl, out=zh)  # zh = th + tl
+    torch.sub(zh, t0, out=t0)
+    zl.sub_(t0)  # zl = tl - (zh - th)
+
+
+def _k_dw_times_fp_fma(xh, xl, y, t0, t1, zh, zl):  # type: ignore[no-untyped-def]
+    """DWTimesFP3 (JMP17 Alg. 9) with out= operations."""
     torch.mul(xh, y, out=t0)  # ch
     torch.neg(t0, out=t1)
     torch.addcmul(t1, xh, y, out=t1)  # cl1
     torch.addcmul(t1, xl, y, out=t1)  # cl3
-    zh = t0 + t1
-    zl = zh - t0
+    torch.add(t0, t1, out=zh)
+    torch.sub(zh, t0, out=zl)
     torch.sub(t1, zl, out=zl)
-    P.give(t0, t1)
-    return zh, zl
 
 
 def _zeros(like: torch.Tensor) -> torch.Tensor:
@@ -181,7 +247,7 @@ def pad(x: Comps, nc: int) -> Comps:
 def dw_plus_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
     shape = _pooled(xh, xl, y)
     if shape is not None and xh.dtype in _NATIVE:
-        return _dw_plus_fp_pooled(xh, xl, y, shape)
+        return _run(_k_dw_plus_fp, 3, shape, xh, xl, y)
     sh, sl = _two_sum(xh, y)
     v = xl + sl
     return _fast_two_sum(sh, v)
@@ -190,7 +256,7 @@ def dw_plus_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
 def dw_plus_dw(xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor) -> Comps:
     shape = _pooled(xh, xl, yh, yl)
     if shape is not None and xh.dtype in _NATIVE:
-        return _dw_plus_dw_pooled(xh, xl, yh, yl, shape)
+        return _run(_k_dw_plus_dw, 3, shape, xh, xl, yh, yl)
     sh, sl = _two_sum(xh, yh)
     th, tl = _two_sum(xl, yl)
     c = sl + th
@@ -202,7 +268,7 @@ def dw_plus_dw(xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.T
 def dw_times_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor, *, use_fma: bool) -> Comps:
     shape = _pooled(xh, xl, y)
     if shape is not None and use_fma and xh.dtype in _NATIVE:
-        return _dw_times_fp_fma_pooled(xh, xl, y, shape)
+        return _run(_k_dw_times_fp_fma, 2, shape, xh, xl, y)
     ch, cl1 = _two_prod(xh, y)
     if use_fma:
         cl3 = _fma(xl, y, cl1)
@@ -216,6 +282,10 @@ def dw_times_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor, *, use_fma:
 def dw_times_dw(
     xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor, *, use_fma: bool
 ) -> Comps:
+    if use_fma and xh.dtype in _NATIVE:
+        shape = _pooled(xh, xl, yh, yl)
+        if shape is not None:
+            return _run(_k_dw_times_dw_fma, 3, shape, xh, xl, yh, yl)
     ch, cl1 = _two_prod(xh, yh)
     if use_fma:
         tl0 = xl * yl
@@ -238,6 +308,10 @@ def dw_div_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
 
 
 def dw_div_dw(xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor) -> Comps:
+    if xh.dtype in _NATIVE and fma_available(xh.dtype):
+        shape = _pooled(xh, xl, yh, yl)
+        if shape is not None:
+            return _run(_k_dw_div_dw_fma, 4, shape, xh, xl, yh, yl)
     th = xh / yh
     rh, rl = dw_times_fp(yh, yl, th, use_fma=False)  # JMP17 Alg. 17 uses Alg. 7
     ph, pl = _two_sum(xh, -rh)

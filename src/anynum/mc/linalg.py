@@ -16,7 +16,10 @@ When ``beta`` would be too small the inner dimension is cut into blocks of ``kb`
 
 Engines:
 
-* ``"native"`` (default): G is the component dtype; nothing wider is used.
+* ``"int8"`` (default, :func:`_ozaki_int`): int8 digits on one per-row/column grid, exact
+  ``torch._int_mm`` digit products, integer anti-diagonal sums combined exactly in int64
+  (:func:`_combine_diagonals`); no float GEMM and nothing wider than the work dtype.
+* ``"native"``: G is the component dtype; nothing wider is used.
 * ``"wide"``: G is float32 for float16/bfloat16 components and float64 for float32
   components (float64 components: same as native).  Fewer, larger slices; much faster for
   float16 on CPUs without fast float16 GEMMs.  Opt in with ``engine="wide"`` or
@@ -263,7 +266,7 @@ def _ozaki_int2d(a: Comps, b: Comps, nc_acc: int, levels: int, work: torch.dtype
     spans = [(j0, lb_s[j0], j1 - j0) for j0, j1 in zip(groups, ends)]
     # int32 holds the diagonal sums if even the sum over all pairs cannot overflow
     acc_t = torch.int32 if na * nbs * k * 127 * 127 < 2**31 else torch.int64
-    acc = torch.zeros(m, levels, n, dtype=acc_t, device=dev)
+    acc = torch.zeros(levels, m, n, dtype=acc_t, device=dev)  # diagonal d = acc[d]
     for ia, la in enumerate(la_s):
         for j0, l0, cnt in spans:
             cnt = min(cnt, levels - la - l0)
@@ -276,26 +279,63 @@ def _ozaki_int2d(a: Comps, b: Comps, nc_acc: int, levels: int, work: torch.dtype
                 prod = torch.zeros(m, cnt * n, dtype=torch.int64, device=dev)
                 for k0 in range(0, k, _INT_K):
                     prod += torch._int_mm(sa[ia, :, k0 : k0 + _INT_K], bq[:, k0 : k0 + _INT_K].T)
-            acc[:, la + l0 : la + l0 + cnt].add_(prod.view(m, cnt, n))
+            acc[la + l0 : la + l0 + cnt].add_(prod.view(m, cnt, n).transpose(0, 1))
     arith._POOL.give(sa, sb)
-    # exact int64 diagonal sums -> components of `work`, scaled by 2**(ea + eb - 14 - 7d)
-    ex = ea.unsqueeze(-1) + eb.transpose(-1, -2).unsqueeze(-2) - 14
-    ex = ex - 7 * torch.arange(levels, dtype=ex.dtype, device=dev).view(1, levels, 1)
-    parts = []
-    rest = acc
-    while True:
-        c = rest.to(work)
-        parts.append(c)
-        rest = rest - c.to(torch.int64)
-        if not bool(rest.any()):
-            break
-    f = _pow2(ex, work)
-    parts = [c * f if f is not None else ldexp(c, ex) for c in parts]
-    head = tuple(parts[: max(1, min(nc_acc, 2))])
-    res = tree_sum(arith.pad(head, nc_acc), 1, nc_acc)
-    for c in parts[len(head) :]:  # only when the int sums need more than two components
-        res = arith.add(res, tree_sum(arith.pad((c,), nc_acc), 1, nc_acc), nc_acc)
-    return res
+    return _combine_diagonals(acc, ea, eb, nc_acc, work)
+
+
+def _combine_diagonals(acc: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, nc_acc: int,
+                       work: torch.dtype) -> Comps:
+    """sum_d acc[d] 2**(ea + eb - 14 - 7d) as an nc_acc-component expansion of `work`.
+
+    The exact integer diagonal sums are first combined exactly in int64 by Horner's rule in
+    groups of g consecutive diagonals, ``G_j = sum_t acc[jg + t] 2**(7(g - 1 - t))``, with g
+    as large as the largest |acc| allows below 2**62 (float32 components, k = 200: g = 5, so
+    9 diagonals give 2 groups).  Each G_j is split exactly into components of `work`
+    (RN(G), RN(G - RN(G)), ...), scaled by ``2**(ea + eb - 14 - 7(jg + g - 1))`` (exact
+    unless the result is subnormal) and the few resulting terms are summed in MC arithmetic,
+    smallest first.
+    """
+    levels, m, n = acc.shape
+    lo, hi = torch.aminmax(acc)
+    amax = max(int(hi), -int(lo))
+    g = max(1, min(levels, (61 - amax.bit_length()) // 7 + 1))
+    base = ea.view(m, 1) + eb.view(1, n) - 14
+    bmin, bmax = int(base.min()), int(base.max())
+    fi = info(work)
+    groups: list[list[torch.Tensor]] = []  # exact parts of each group, largest first
+    for d0 in range(0, levels, g):
+        d1 = min(levels, d0 + g)
+        grp = acc[d0].to(torch.int64, copy=True)  # never mul_ into acc itself
+        for d in range(d0 + 1, d1):  # Horner, exact: |grp| < 2**62
+            grp.mul_(128).add_(acc[d])
+        ex = base - 7 * (d1 - 1)  # 2**ex is the weight of the group's lowest diagonal
+        if bmin - 7 * (d1 - 1) >= fi.emin and bmax - 7 * (d1 - 1) <= fi.emax:
+            f: torch.Tensor | None = torch.exp2(ex.to(work))
+        else:
+            f = None
+        parts = []
+        rest = grp
+        while True:
+            c = rest.to(work)
+            parts.append(c * f if f is not None else ldexp(c, ex))
+            rest = rest - c.to(torch.int64)
+            if not bool(rest.any()):
+                break
+        groups.append(parts)
+    # smallest first: lower groups, then lower parts within a group
+    terms = [t for parts in groups[::-1] for t in parts[::-1]]
+    if nc_acc == 1:
+        tot = terms[0]
+        for t in terms[1:]:
+            tot = tot + t
+        return (tot,)
+    if nc_acc == 2:
+        res: Comps = (terms[0], torch.zeros_like(terms[0]))
+        for t in terms[1:]:
+            res = arith.add(res, (t,), 2)
+        return res
+    return arith.renormalize(terms[::-1], nc_acc)
 
 
 def _ozaki_int(a: Comps, b: Comps, nc: int) -> Comps:
