@@ -33,6 +33,15 @@ settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("ANYNUM_HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module (cheaper when test files run in parallel on few cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], dtype=np.float64)
 
 

@@ -25,14 +25,6 @@ f64 = torch.float64
 pytestmark = pytest.mark.usefixtures("eager_only", "one_thread")
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """One intra-op thread: cheaper on small CI machines that run test files in parallel."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def t(*values: float) -> torch.Tensor:
     return torch.tensor(values, dtype=f64)

@@ -39,15 +39,6 @@ from anynum.rounding import RandomSource
 pytestmark = pytest.mark.usefixtures("eager_only", "one_thread")
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """Element-wise kernels on a few 100k points: one intra-op thread avoids OpenMP overhead
-    that costs far more CPU than it saves on small CI machines running tests in parallel."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 DETERMINISTIC = ["nearest", "rna", "rnz", "rz", "ru", "rd", "ro"]
 CONFIGS = [(n, es) for n in range(2, 17) for es in range(0, 5)]
 # Beyond the issue's n <= 16, es <= 4: the large exponent sizes on narrow posits, up to the

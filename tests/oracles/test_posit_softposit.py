@@ -31,13 +31,6 @@ CONFIGS = [(8, 0), (16, 1), (32, 2)] + [(n, 2) for n in range(3, 33)]
 IDS = ["sp.posit8", "sp.posit16", "sp.posit32"] + [f"sp.posit_2({n})" for n in range(3, 33)]
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def softposit_codes(x: np.ndarray, n: int, es: int) -> np.ndarray:
     """SoftPosit's n-bit codes of float64 values (right-aligned, as anynum's)."""
