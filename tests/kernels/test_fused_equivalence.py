@@ -74,6 +74,8 @@ CASES = [
     (an.NVFP4, "saturate"),
     (an.Posit(8, 2), "saturate"),
     (an.Posit(16, 1), "saturate"),
+    (an.Posit(32, 2), "saturate"),
+    (an.Posit(17, 3, underflow="zero"), "saturate"),  # lifts float32 subnormal inputs
 ]
 
 

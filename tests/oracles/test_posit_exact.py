@@ -226,6 +226,44 @@ def test_deterministic_modes_exact(n, es, same_values):
         np.testing.assert_array_equal(codes, reference_encode(x, n, es, mode), err_msg=f"{mode} codes")
 
 
+def float32_probe_points(n: int, es: int) -> np.ndarray:
+    """The probe points that float32 holds, plus the float32 neighbours of every probe point."""
+    x = probe_points(n, es)
+    with np.errstate(over="ignore"):
+        x32 = x.astype(np.float32)
+    up, down = np.nextafter(x32, np.float32(np.inf)), np.nextafter(x32, np.float32(-np.inf))
+    return np.unique(np.concatenate([x32, up, down]))
+
+
+FLOAT32_CONFIGS = [(n, es) for n, es in CONFIGS + WIDE_ES if an.Posit(n, es).fits_float32()]
+
+
+@pytest.mark.parametrize("n,es", FLOAT32_CONFIGS, ids=[f"posit{n}_{es}" for n, es in FLOAT32_CONFIGS])
+def test_float32_inputs_exact(n, es, same_values):
+    """float32 inputs round in float32 bit arithmetic: every deterministic mode, both underflow rules."""
+    x32 = float32_probe_points(n, es)
+    x = x32.astype(np.float64)
+    for underflow in ("minpos", "zero"):
+        fmt = an.Posit(n, es, underflow=underflow)
+        for mode in DETERMINISTIC:
+            got = an.quantize(torch.from_numpy(x32), fmt, mode)
+            assert got.dtype == torch.float32
+            want = reference_values(x, n, es, mode, underflow)
+            same_values(got.numpy(), want, x, what=f"posit({n},{es}) float32 {underflow} {mode}")
+            codes = an.encode(torch.from_numpy(x32), fmt, mode).numpy()
+            np.testing.assert_array_equal(codes, reference_encode(x, n, es, mode, underflow))
+
+
+def test_float32_path_is_taken():
+    """The formats the issue names run in float32 for float32 input; wide ones fall back to float64."""
+    from anynum.kernels.eager import working_dtype
+
+    for fmt in (an.Posit(8, 2), an.Posit(16, 1), an.Posit(32, 2), an.Posit(16, 2)):
+        assert working_dtype(fmt, torch.float32) == torch.float32
+    assert working_dtype(an.Posit(32, 2), torch.float64) == torch.float64
+    assert working_dtype(an.Posit(32, 3), torch.float32) == torch.float64  # maxpos 2**240
+
+
 @pytest.mark.parametrize("n,es", [(2, 0), (3, 1), (5, 2), (8, 0), (8, 2), (10, 3), (12, 4), (16, 1)])
 def test_underflow_zero_exact(n, es, same_values):
     """underflow="zero": the boundary between 0 and minpos is the (n+1)-bit code 1 (minpos/useed)."""

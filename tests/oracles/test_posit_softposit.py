@@ -92,6 +92,20 @@ def check_codes(x: np.ndarray, n: int, es: int, what: str) -> None:
     np.testing.assert_array_equal(vals, an.decode(want, an.Posit(n, es)))
 
 
+def check_codes_float32(x: np.ndarray, n: int, es: int, what: str) -> None:
+    """As `check_codes`, with float32 tensors in (the float32 kernel path where the posit fits)."""
+    x32 = np.asarray(x, dtype=np.float32)
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns
+        want = softposit_codes(x32.astype(np.float64), n, es)
+    fmt = an.Posit(n, es)
+    got = an.encode(torch.from_numpy(x32), fmt).numpy()
+    bad = np.flatnonzero(want != got)
+    assert not bad.size, f"posit({n},{es}) float32 {what}: {bad.size} codes differ, e.g. x={x32[bad[0]]!r}"
+    if fmt.fits_float32():  # otherwise maxpos is not a float32 and quantize() rightly refuses
+        vals = an.quantize(torch.from_numpy(x32), fmt).numpy()
+        np.testing.assert_array_equal(vals, an.decode(want, fmt).astype(np.float32))
+
+
 def all_patterns(dtype: torch.dtype) -> np.ndarray:
     return torch.arange(1 << 16, dtype=torch.int64).to(torch.int16).view(dtype).to(torch.float64).numpy()
 
@@ -121,6 +135,16 @@ def random_inputs(n: int, es: int, count: int, seed: int) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):  # rounding to float32; signalling NaN patterns
         x = np.concatenate([f32.astype(np.float64), raw32.astype(np.float64), f64])
     return np.where(rng.random(x.size) < 0.5, -x, x)
+
+
+@pytest.mark.parametrize("n,es", CONFIGS, ids=IDS)
+def test_float32_inputs(n, es):
+    """float32 tensors: every float16 pattern, random float32 values and raw float32 bit patterns."""
+    x = np.concatenate([all_patterns(torch.float16), random_inputs(n, es, 20_000, seed=7 * n)])
+    raw = np.random.default_rng(n).integers(0, 1 << 32, 20_000, dtype=np.uint64).astype(np.uint32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.concatenate([x.astype(np.float32), raw.view(np.float32)])
+    check_codes_float32(x, n, es, "float16 patterns, random and raw float32")
 
 
 @pytest.mark.parametrize("n,es", CONFIGS, ids=IDS)

@@ -136,21 +136,17 @@ def _other_cases(x: torch.Tensor, out: torch.Tensor, notes: list[str]) -> list[C
             cases.append(Case("fixed(4,8) nearest", "pychop Chopf", lambda: chopf(x)))
         except Exception as exc:
             notes.append(f"pychop Chopf unavailable: {exc}")
-    for posit in ("POSIT8", "POSIT16", "POSIT32"):
-        fmt = getattr(an, posit, None)
-        if fmt is not None:
-            cases.append(
-                Case(f"{posit.lower()} nearest", "anynum", lambda f=fmt: an.quantize(x, f, out=out), "anynum")
-            )
-    if softposit is not None and x.numel() <= 1 << 16:  # about 3 us per element: small sizes only
-        xl = x.tolist()
-        for name, ctor in (("posit8", "posit8"), ("posit16", "posit16"), ("posit32", "posit32")):
-            conv = getattr(softposit, ctor)
-            fmt = {"posit8": (8, 0), "posit16": (16, 1), "posit32": (32, 2)}[name]
-            group = f"posit({fmt[0]},{fmt[1]}) nearest"
-            posit_fmt = an.format(f"posit({fmt[0]},{fmt[1]})")
-            cases.append(Case(group, "anynum", lambda f=posit_fmt: an.quantize(x, f, out=out), "anynum"))
-            cases.append(Case(group, "softposit", lambda c=conv: [float(c(v)) for v in xl]))
+    # The three posits, plus SoftPosit's posit8 (es=0); SoftPosit itself costs about
+    # 3 us per element, so it runs at small sizes only.
+    softposit_types = {(8, 0): "posit8", (16, 1): "posit16", (32, 2): "posit32"}
+    for n_bits, es in ((8, 2), (16, 1), (32, 2), (8, 0)):
+        group = f"posit({n_bits},{es}) nearest"
+        posit_fmt = an.Posit(n_bits, es)
+        cases.append(Case(group, "anynum", lambda f=posit_fmt: an.quantize(x, f, out=out), "anynum"))
+        if softposit is not None and x.numel() <= 1 << 16 and (n_bits, es) in softposit_types:
+            conv = getattr(softposit, softposit_types[n_bits, es])
+            xl = x.tolist()
+            cases.append(Case(group, "softposit", lambda c=conv, xl=xl: [float(c(v)) for v in xl]))
     for block in ("MXFP8_E4M3", "MXFP4_E2M1"):
         fmt = getattr(an, block, None)
         if fmt is not None:

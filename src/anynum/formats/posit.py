@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import torch
 
-from anynum._bits import floor_log2, ldexp, pow2
+from anynum._bits import floor_log2, layout, ldexp, pow2
 from anynum.errors import FormatError
 from anynum.formats.base import Format
 
@@ -41,83 +41,94 @@ _MAX_N = 32
 _MAX_ES = 9  # useed = 2**(2**es) must be a finite float64 (2**512 is; 2**1024 is not)
 _EMAX = 1023  # largest float64 binade
 _EMIN = -1022  # smallest normal float64 binade: every posit value stays a normal number
-_MANT_MASK = (1 << 52) - 1
-_ONE_BITS = 1023 << 52  # the bits of 1.0
+_ONE_MINUS_ULP = 1.0 - 2.0**-53  # largest float64 below 1
 
 
 @dataclass
 class PositSplit:
-    """Where a magnitude sits on the posit grid (internal; see `Posit._split`).
+    """Where magnitudes sit on the posit grid (internal; see `Posit._split`).
 
     For positive finite ``a`` below maxpos, the infinitely long posit bit string
-    of ``a`` read as a binary number with the point after bit n is
-    ``code_lo + frac_code`` where ``code_lo`` is the n-bit code of the grid
-    point at or below ``a`` and ``frac_code`` in [0, 1) is the position of
-    ``a`` between that code and the next one in *code* space (linear in the
-    value where fraction bits are cut, in the exponent where exponent or
-    regime bits are cut).
+    of ``a``, read as a binary number with the point after bit n, is
+    ``code_lo + frac_code``: ``code_lo`` is the n-bit code of the grid point at
+    or below ``a`` and ``frac_code`` in [0, 1) the dropped bits, i.e. the
+    position of ``a`` between that code and the next in *code* space (linear in
+    the value where fraction bits are cut, in the exponent where exponent or
+    regime bits are cut). The dropped bits are kept exactly as the integer
+    ``dropped`` over ``2**dropped_len``.
 
     Attributes:
-        code_lo: int64 magnitude code of the lower neighbour (0 below minpos).
-        frac_exact: the exact ``frac_code`` where only fraction bits are cut
-            (``uniform``), else meaningless.
-        uniform: bool, True where the cut falls in the fraction bits, so the
-            neighbours are a uniform grid step apart.
-        rem, f, drop: where not ``uniform``, ``frac_code = (rem + f) / 2**drop``
-            with integer ``rem`` < 2**drop (int64), float ``f`` in [0, 1) and
-            ``drop`` >= 1 (int64, capped at 62; beyond that rem < 2**(drop-1)).
-        over: bool, ``a >= maxpos`` (saturates).
-        under: bool, ``a < minpos`` (lower neighbour is zero).
-        lo, hi: float64 values (scaled) of the neighbours ``code_lo`` and
-            ``code_lo + 1`` (0 and minpos below minpos; both maxpos above maxpos).
+        kc, m, p, kept: the regime k (clamped to the regimes of minpos .. maxpos),
+            the bits kept after the regime, the bits dropped from z (negative:
+            none, and -p zero bits appended) and z's kept bits (see `Posit._split`).
+        parity: the last bit of the lower neighbour's code (bool).
+        dropped, dropped_len: frac_code = dropped / 2**dropped_len (int64 tensors;
+            dropped_len may exceed 63 far below minpos, where only its size matters).
+        uniform: bool, the cut falls in the fraction bits (the neighbours are one
+            uniform grid step apart and the value-space position equals frac_code).
+        over: bool, ``a >= maxpos`` (saturates).  under: bool, ``a < minpos``.
+        lo, hi: values (scaled, working dtype) of ``code_lo`` and ``code_lo + 1``
+            (0 and minpos below minpos; both maxpos above maxpos).
     """
 
-    code_lo: torch.Tensor
-    frac_exact: torch.Tensor
+    kc: torch.Tensor
+    m: torch.Tensor
+    p: torch.Tensor
+    kept: torch.Tensor
+    parity: torch.Tensor
+    dropped: torch.Tensor
+    dropped_len: torch.Tensor
+    half: torch.Tensor
     uniform: torch.Tensor
-    rem: torch.Tensor
-    f: torch.Tensor
-    drop: torch.Tensor
     over: torch.Tensor
     under: torch.Tensor
     lo: torch.Tensor
     hi: torch.Tensor
 
+    def code_lo(self, n: int) -> torch.Tensor:
+        """int64 magnitude code of the lower neighbour (0 below minpos, maxpos above it)."""
+        kc, m = self.kc.to(torch.int64), self.m.to(torch.int64)
+        one = torch.ones_like(kc)
+        regime = torch.where(kc >= 0, (one << (kc + 2)) - 2, one)  # k + 1 ones and a zero, or ...01
+        suffix = self.kept.to(torch.int64) << torch.clamp(-self.p, min=0).to(torch.int64)
+        code = (regime << m) + suffix
+        code = torch.where(self.under, 0, code)
+        return torch.where(self.over, (1 << (n - 1)) - 1, code)
+
     def frac_class(self) -> torch.Tensor:
         """A float in [0, 1) that compares with 0 and 1/2 exactly as ``frac_code`` does.
 
-        Equal to ``frac_code`` where ``uniform``; elsewhere one of 0, 1/4, 1/2, 3/4
-        (zero, below the tie, the tie, above the tie).
+        One of 0, 1/4, 1/2, 3/4 (exact, below the tie, the tie, above the tie), in
+        the dtype of ``lo``.
         """
-        half = torch.bitwise_left_shift(torch.ones_like(self.drop), self.drop - 1)
-        zero_f = self.f == 0
-        exact = (self.rem == 0) & zero_f
-        tie = (self.rem == half) & zero_f
-        above = (self.rem > half) | ((self.rem == half) & ~zero_f)
-        cls = torch.where(above, 0.75, 0.25)
-        cls = torch.where(tie, 0.5, cls)
-        cls = torch.where(exact, 0.0, cls).to(torch.float64)
-        return torch.where(self.uniform, self.frac_exact, cls)
+        cls = torch.where(self.dropped > self.half, 0.75, 0.25)
+        cls = torch.where(self.dropped == self.half, 0.5, cls)
+        return torch.where(self.dropped == 0, 0.0, cls).to(self.lo.dtype)
+
+    def value_position(self, a: torch.Tensor) -> torch.Tensor:
+        """(a - lo) / (hi - lo) in float64 for magnitudes `a` strictly below maxpos.
+
+        Exact where ``uniform`` (it is frac_code there) and below minpos;
+        elsewhere within 2**-53 of the true ratio. Always in [0, 1).
+        """
+        a64, lo, hi = a.to(torch.float64), self.lo.to(torch.float64), self.hi.to(torch.float64)
+        gap = hi - lo
+        ratio = (a64 - lo) / torch.where(gap > 0, gap, 1.0)
+        exact = self.dropped.to(torch.float64) * pow2(-torch.clamp(self.dropped_len, max=62), torch.float64)
+        p = torch.where(self.uniform & ~self.under, exact, ratio)
+        return torch.clamp(p, 0.0, _ONE_MINUS_ULP)
 
     def frac_truncated(self, rand_bits: int) -> torch.Tensor:
         """floor(frac_code * 2**rand_bits) / 2**rand_bits, exactly (float64).
 
-        This is what hardware stochastic rounding with ``rand_bits`` random bits
-        sees: the first ``rand_bits`` dropped bits of the posit bit string.
+        What hardware stochastic rounding with ``rand_bits`` random bits sees:
+        the first ``rand_bits`` dropped bits of the posit bit string.
         """
-        r = rand_bits
-        scale = 2.0**r
-        uni = torch.floor(self.frac_exact * scale)
-        # frac_code = (rem + f) / 2**drop; keep its first r bits.
-        drop = self.drop
-        shift_up = torch.clamp(r - drop, min=0)
-        shift_dn = torch.clamp(drop - r, min=0, max=62)
-        wide = torch.bitwise_left_shift(self.rem, shift_up).to(torch.float64) + torch.floor(
-            ldexp(self.f, shift_up)
-        )
-        narrow = torch.bitwise_right_shift(self.rem, shift_dn).to(torch.float64)
-        trunc = torch.where(drop <= r, wide, narrow)
-        return torch.where(self.uniform, uni, trunc) / scale
+        r = int(rand_bits)
+        up = torch.clamp(r - self.dropped_len, 0, 62)
+        down = torch.clamp(self.dropped_len - r, 0, 62)
+        kept = torch.bitwise_right_shift(torch.bitwise_left_shift(self.dropped, up), down)
+        return kept.to(torch.float64) * 2.0**-r
 
 
 @dataclass(frozen=True)
@@ -255,71 +266,71 @@ class Posit(Format):
         return "saturate"
 
     # --- the grid -------------------------------------------------------------------------
-    def _split(self, a: torch.Tensor) -> PositSplit:
-        """Locate float64 magnitudes ``a`` (> 0, finite; scaled values) on the posit grid.
+    def fits_float32(self) -> bool:
+        """Whether float32 can carry the rounding of float32 inputs (`_split` in int32 bits).
 
-        Writing the scaled value as ``2**E * (1 + f)`` with ``E = k * 2**es + e``,
-        the posit bit string after the sign is the regime of k, the es bits of e
-        and the bits of f. After the regime, m bits are left for exponent and
-        fraction; with ``u`` = e (k >= 0) or ``2**es + e`` (k < 0, the regime's
-        final 1 folded in), the code is ``B + (u + f) * 2**(m - es)`` where B holds
-        the leading regime ones (k >= 0) or nothing (k < 0).
+        Every value, hence every result, must be a normal float32 and the bit
+        string after the regime (es exponent bits, 23 fraction bits and a carry)
+        must fit in an int32.
+        """
+        return self.es <= 6 and self.emin >= -126 and self.emax <= 127
+
+    def _split(self, a: torch.Tensor) -> PositSplit:
+        """Locate magnitudes ``a`` (> 0, finite, float32 or float64; scaled values) on the grid.
+
+        Write the scaled value as ``2**E * (1 + f)`` with ``E = k * 2**es + e``.
+        The posit bit string after the sign is the regime of k (k + 1 ones and a
+        zero, or -k zeros and a one), the es bits of e, then the bits of f. All
+        that follows the regime is the integer ``z = e << M | mantissa`` (M the
+        working type's fraction bits); keeping m bits after the regime drops the
+        low ``p = es + M - m`` bits of z. Read as a float's bits rebased by
+        ``k * 2**es``, z truncated and z truncated plus ``1 << p`` are the two
+        neighbours, a carry out of the exponent bits included (it lands on the
+        next regime's first value, useed**(k+1)), so the grid is found with
+        integer arithmetic on the input's bits, in the input's own width.
         """
         n, es = self.n, self.es
-        # Read a's exponent and fraction straight from its bits. Subnormal inputs are far
-        # below minpos (the format's range is inside float64's normal range), so whatever
-        # is computed for them is replaced by the `under` branch.
-        bits = a.view(torch.int64)
-        ex = torch.bitwise_right_shift(bits, 52) - 1023
-        mant = bits & _MANT_MASK
-        f = torch.bitwise_or(mant, _ONE_BITS).view(torch.float64) - 1.0  # exact, in [0, 1)
-        big_e = ex + self.scale_exp
-        k = torch.bitwise_right_shift(big_e, es)  # floor division by 2**es
-        e = big_e & ((1 << es) - 1)
-        pos = k >= 0
+        lay = layout(a.dtype)
+        man = lay.man_bits
+        if self.emin - (1 << es) < lay.emin:
+            # The tie point below minpos may be subnormal in the working type: lift
+            # subnormal inputs so their exponent and fraction read correctly.
+            lift = man + 2
+            tiny = a < 2.0**lay.emin
+            a = torch.where(tiny, a * 2.0**lift, a)
+            big_e = (a.view(lay.int_dtype) >> man) - lay.bias - tiny.to(lay.int_dtype) * lift
+        else:
+            big_e = (a.view(lay.int_dtype) >> man) - lay.bias
+        mant = a.view(lay.int_dtype) & ((1 << man) - 1)
+        big_e = big_e + self.scale_exp
+        k = big_e >> es  # floor division by 2**es
+        z = ((big_e & ((1 << es) - 1)) << man) | mant
         over = k >= n - 2
         under = k <= -(n - 1)
-        kc = torch.clamp(k, -(n - 1), n - 3)  # keeps the regime shifts sane; `over` is patched later
-        # Bits left after the regime; negative below minpos (then drop > es: the lower neighbour is 0).
-        m = torch.where(pos, n - 3 - k, n - 2 + k)
-        u = torch.where(pos, e, e + (1 << es))
-        ones = torch.ones_like(k)
-        regime_ones = torch.where(
-            pos,
-            torch.bitwise_left_shift(torch.bitwise_left_shift(ones, kc + 2) - 2, torch.clamp(m, min=0)),
-            torch.zeros_like(k),
+        kc = torch.clamp(k, -(n - 2), n - 3)  # the regimes of minpos .. the one below maxpos
+        m = torch.where(kc >= 0, n - 3 - kc, n - 2 + kc)  # bits kept after the regime, >= 0
+        p = es + man - m  # dropped bits of z (negative: z is kept whole, plus zero bits)
+        pc = torch.clamp(p, min=0)
+        kept = z >> pc
+        step = torch.ones_like(z) << pc
+        dropped = z - (kept << pc)
+        # The last kept bit: of z, a padding zero, or the regime's final bit (0 for k >= 0).
+        parity = torch.where(m == 0, kc < 0, (kept & 1).bool() & (p >= 0))
+        base = (kc * (1 << es) + (lay.bias - self.scale_exp)) << man
+        lo_bits = base + (kept << pc)
+        lo = torch.where(over, self.maxpos, torch.where(under, 0.0, lo_bits.view(a.dtype)))
+        hi = torch.where(over, self.maxpos, torch.where(under, self.minpos, (lo_bits + step).view(a.dtype)))
+        # Below minpos the n - 1 kept bits are zeros and the dropped string is the
+        # regime's remaining zeros, its final one, then z.
+        depth = -k - (n - 2)  # >= 1 below minpos
+        dropped = torch.where(under, (1 << (es + man)) + z, torch.where(over, 0, dropped))
+        dropped_len = torch.where(under, es + man + depth, pc)
+        top = 8 * z.element_size() - 2  # the highest shift that keeps 1 << top positive
+        half = torch.where(under, torch.ones_like(z) << torch.clamp(dropped_len - 1, max=top), step >> 1)
+        uniform = (p <= man) & ~under & ~over
+        return PositSplit(
+            kc, m, p, kept, parity & ~under, dropped, dropped_len, half, uniform, over, under, lo, hi
         )
-        sh = m - es  # >= 0: sh fraction bits kept; < 0: -sh bits of u are cut
-        uniform = sh >= 0
-        shp = torch.clamp(sh, 0, 52)
-        cut = 52 - shp  # fraction bits of a below the kept ones
-        low_mask = torch.bitwise_left_shift(ones, cut) - 1
-        low = mant & low_mask
-        frac_exact = low.to(torch.float64) * pow2(-cut, torch.float64)  # exact: low < 2**52
-        drop = torch.clamp(-sh, min=1, max=62)
-        code_uniform = regime_ones + torch.bitwise_left_shift(u, shp) + torch.bitwise_right_shift(mant, cut)
-        code_cut = regime_ones + torch.bitwise_right_shift(u, drop)
-        code_lo = torch.where(uniform, code_uniform, code_cut)
-        rem = u & (torch.bitwise_left_shift(ones, drop) - 1)
-        code_lo = torch.where(under, torch.zeros_like(code_lo), code_lo)
-        code_lo = torch.where(over, torch.full_like(code_lo, self.maxpos_code), code_lo)
-        # The neighbours' values, exactly: where the cut is in the fraction, a with the
-        # cut bits cleared and one grid step 2**(ex - sh) more; elsewhere the powers of
-        # two 2**(ex - rem) and 2**(ex - rem + 2**drop).
-        safe_ex = torch.clamp(ex - shp, -1022, 1023)
-        lo_uni = (bits - low).view(torch.float64)
-        hi_uni = lo_uni + pow2(safe_ex, torch.float64)
-        cut_exp = torch.clamp(ex - rem, -1022, 1023)
-        lo_cut = pow2(cut_exp, torch.float64)
-        gap_exp = torch.bitwise_left_shift(ones, torch.clamp(drop, max=10))  # 2**drop (<= 2**es)
-        hi_cut = pow2(torch.clamp(cut_exp + gap_exp, max=1023), torch.float64)
-        lo = torch.where(uniform, lo_uni, lo_cut)
-        hi = torch.where(uniform, hi_uni, hi_cut)
-        lo = torch.where(under, torch.zeros_like(lo), lo)
-        hi = torch.where(under, torch.full_like(hi, self.minpos), hi)
-        lo = torch.where(over, torch.full_like(lo, self.maxpos), lo)
-        hi = torch.where(over, torch.full_like(hi, self.maxpos), hi)
-        return PositSplit(code_lo, frac_exact, uniform, rem, f, drop, over, under, lo, hi)
 
     def _decode_magnitude(self, c: torch.Tensor) -> torch.Tensor:
         """float64 values of magnitude codes c in [1, 2**(n-1)) (scaled)."""
@@ -363,8 +374,8 @@ class Posit(Format):
         finite = torch.isfinite(a)
         sp = self._split(torch.where(finite, a, torch.ones_like(a)))
         # On-grid values have frac 0; anything else is encoded as its lower neighbour.
-        mag = torch.where(a == 0, torch.zeros_like(sp.code_lo), sp.code_lo)
-        mag = torch.where(sp.under & (a > 0), torch.ones_like(mag), mag)  # only minpos' vicinity
+        mag = torch.where(a == 0, 0, sp.code_lo(self.n))
+        mag = torch.where(sp.under & (a > 0), 1, mag)  # only minpos' vicinity
         code = torch.where(y < 0, ((1 << self.n) - mag) & ((1 << self.n) - 1), mag)
         return torch.where(finite, code, torch.full_like(code, self.nar_code))
 

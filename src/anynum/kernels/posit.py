@@ -28,12 +28,11 @@ from anynum.rounding import RandomSource, Rounding, round_scaled
 
 __all__: list[str] = []
 
-_ONE_MINUS_ULP = 1.0 - 2.0**-53  # largest float64 below 1
-
-
 @working_dtype.register
 def _(fmt: Posit, dtype: torch.dtype) -> torch.dtype:
-    return torch.float64  # integer code arithmetic and 52-bit fractions: float64 throughout
+    # The grid is found from the input's own bits (`Posit._split`), so float32 inputs
+    # stay float32 whenever every posit value is a normal float32.
+    return torch.float32 if dtype != torch.float64 and fmt.fits_float32() else torch.float64
 
 
 @round_to_format.register
@@ -45,22 +44,14 @@ def _round_posit(
     rng: RandomSource | None,
     rand_bits: int | None,
 ) -> torch.Tensor:
-    x = x.to(torch.float64)
     a = torch.abs(x)
-    finite = torch.isfinite(x)
-    nonzero = finite & (a > 0)
-    a_safe = torch.where(nonzero, a, torch.ones_like(a))
+    finite = a < torch.inf  # not torch.isfinite: that one does not vectorize in Inductor
+    a_safe = torch.where(finite & (a > 0), a, 1.0)
     sp = fmt._split(a_safe)
     neg = x < 0
 
     if mode is Rounding.STOCHASTIC:
-        if rand_bits is None:
-            gap = sp.hi - sp.lo
-            ratio = (a_safe - sp.lo) / torch.where(gap > 0, gap, torch.ones_like(gap))
-            p = torch.where(sp.uniform & ~sp.under, sp.frac_exact, ratio)
-            p = torch.clamp(p, 0.0, _ONE_MINUS_ULP)
-        else:
-            p = sp.frac_truncated(rand_bits)
+        p = sp.value_position(a_safe) if rand_bits is None else sp.frac_truncated(rand_bits)
         up = round_scaled(p, mode, rng, rand_bits) > 0
     elif mode is Rounding.STOCHASTIC_UNIFORM:
         up = round_scaled(sp.frac_class(), mode, rng) > 0
@@ -68,13 +59,12 @@ def _round_posit(
         inexact = sp.frac_class() > 0
         up = inexact & (~neg if mode is Rounding.UP else neg)
     else:  # nearest (three tie rules), toward zero, odd: on the magnitude's code
-        parity = (sp.code_lo & 1).to(torch.float64)
+        parity = sp.parity.to(x.dtype)
         up = (round_scaled(parity + sp.frac_class(), mode) - parity) > 0
 
     mag = torch.where(up, sp.hi, sp.lo)  # both maxpos above maxpos: never NaR
     if fmt.underflow == "minpos":
         mag = torch.clamp(mag, min=fmt.minpos)  # a nonzero input never rounds to zero
-    y = torch.where(neg, -mag, mag)
-    y = torch.where(a == 0, torch.zeros_like(y), y)  # ±0 -> 0: posits have one zero
-    y = torch.where(y == 0, torch.zeros_like(y), y)  # underflow="zero": no -0 either
-    return torch.where(finite, y, torch.full_like(y, torch.nan))  # NaN, ±inf -> NaR
+    # ±0 -> 0 (posits have one zero), and underflow="zero" gives no -0 either.
+    y = torch.where((a == 0) | (mag == 0), 0.0, torch.where(neg, -mag, mag))
+    return torch.where(finite, y, torch.nan)  # NaN, ±inf -> NaR
