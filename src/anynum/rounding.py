@@ -198,9 +198,10 @@ class RandomSource:
         """The int64 counter base of `stream` for `counter_bits`, or None if not counter-based."""
         return None
 
-    def defer_undecided(self, undecided: torch.Tensor) -> bool:
-        """Hook for the fused path: take the undecided mask of exact stochastic rounding
-        instead of refining it now (return True), or let the caller refine (False)."""
+    def defer_undecided(self, excess: torch.Tensor) -> bool:
+        """Hook for the fused path: take exact stochastic rounding's undecided elements
+        (``excess > 0``) instead of refining them now (return True), or let the caller
+        refine (False)."""
         return False
 
 
@@ -261,18 +262,18 @@ def element_index(s: torch.Tensor) -> torch.Tensor:
     return torch.arange(s.numel(), device=s.device, dtype=torch.int64).view(s.shape)
 
 
-def stochastic_first_round(
-    f: torch.Tensor, k: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """First 53-bit comparison of u = k * 2**-53 + ... with f: (up, undecided).
+def stochastic_first_round(f: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """First 53-bit comparison of u = k * 2**-53 + ... with f: (up, excess).
 
-    ``up`` is final where ``undecided`` is False; undecided elements (u and f
-    share their first 53 bits and f has more) need `stochastic_refine`.
+    ``up`` is final where ``excess`` is 0; where it is positive (u and f share
+    their first 53 bits and f has more: probability 2**-53) the element needs
+    `stochastic_refine`. The comparisons run in float64, where k (< 2**53) is
+    exact: int64 masks cost twice as much in the fused loop.
     """
     t = f.to(torch.float64) * 2.0**_EXACT_CHUNK_BITS  # exact: power-of-two scaling
     c = torch.floor(t)
-    ci = c.to(torch.int64)
-    return k < ci, (k == ci) & (t != c)
+    kf = k.to(torch.float64)
+    return kf < c, torch.where(kf == c, t - c, 0.0)
 
 
 def stochastic_refine(
@@ -298,9 +299,10 @@ def stochastic_refine(
 def _stochastic_exact_up(f: torch.Tensor, rng: RandomSource) -> torch.Tensor:
     """Bernoulli(f) for dyadic f in [0, 1), exactly: compare f with a lazily refined uniform u."""
     k = rng.bits_at(element_index(f), _EXACT_CHUNK_BITS, 0)
-    up, undecided = stochastic_first_round(f, k)
-    if rng.defer_undecided(undecided):
+    up, excess = stochastic_first_round(f, k)
+    if rng.defer_undecided(excess):
         return up
+    undecided = excess > 0
     if bool(undecided.any()):
         up = stochastic_refine(f, up, undecided, rng)
     return up
@@ -367,7 +369,7 @@ def _stochastic_truncating(s: torch.Tensor, rng: RandomSource, rand_bits: int) -
     """Hardware stochastic rounding on the magnitude: floor(|s| + R * 2**-r), R ~ U{0..2**r-1}."""
     a = torch.abs(s)
     lo = torch.floor(a)
-    frac_scaled = torch.floor(((a - lo).to(torch.float64)) * 2.0**rand_bits).to(torch.int64)
-    r = rng.bits_at(element_index(s), rand_bits, 0)
-    up = (frac_scaled + r) >= (1 << int(rand_bits))
+    frac_scaled = torch.floor(((a - lo).to(torch.float64)) * 2.0**rand_bits)
+    r = rng.bits_at(element_index(s), rand_bits, 0).to(torch.float64)  # exact: rand_bits <= 52
+    up = (frac_scaled + r) >= 2.0**rand_bits  # the sum < 2**53 is exact
     return torch.copysign(lo + up.to(s.dtype), s)

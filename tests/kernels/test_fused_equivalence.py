@@ -134,6 +134,31 @@ def test_undecided_stochastic_falls_back_to_exact_refinement() -> None:
     assert _same(ref, fast)
 
 
+def test_fused_kernel_reports_an_undecided_element_and_falls_back() -> None:
+    """An input built to tie with its own first 53 random bits: the compiled kernel flags it,
+    and `fused_round` then gives the eager path's refined result."""
+    from anynum.kernels.fused import _compiled
+
+    rng = CounterRandom(5)
+    base = rng.stream_base(0)
+    bits = rng.bits_at(torch.arange(4096), 53, 0)
+    i = int(torch.argmin(bits))  # a small draw: k < 2**(53 - spare)
+    k = int(bits[i])
+    spare = 53 - k.bit_length()
+    assert spare >= 6
+    # f = k * 2**-53 + 2**-(53 + spare) has k.bit_length() + spare = 53 significant bits: a float64,
+    # whose first 53 fraction bits equal k and which has one more bit below them.
+    f = k * 2.0**-53 + 2.0 ** -(53 + spare)
+    x = torch.full((4096,), 0.75 * 2.0**-24, dtype=torch.float64)
+    x[i] = f * 2.0**-24  # the FP16 grid step below 2**-14 is 2**-24, so s = x / step = f
+    kernel = _compiled(an.FP16, Rounding.STOCHASTIC, "inf", None, torch.float64)
+    _, pending = kernel(x, torch.tensor(base, dtype=torch.int64))
+    assert bool(pending)
+    ref = round_to_format(an.FP16, x, Rounding.STOCHASTIC, "inf", rng, None)
+    fast = fused_round(an.FP16, x, Rounding.STOCHASTIC, "inf", rng, None)
+    assert _same(ref, fast)
+
+
 @pytest.mark.parametrize("n", [1, 37, 100, 16404])
 @pytest.mark.parametrize("nbits", [1, 8, 53])
 def test_counter_bits_compiled_match_eager_at_awkward_sizes(n: int, nbits: int) -> None:

@@ -60,14 +60,14 @@ class _StreamZero(RandomSource):
 
     def __init__(self, base: torch.Tensor):
         self.base = base
-        self.undecided: torch.Tensor | None = None
+        self.excess: torch.Tensor | None = None
 
     def bits_at(self, index: torch.Tensor, nbits: int, stream: int) -> torch.Tensor:
         assert stream == 0, "the fused path draws only the first round of random bits"
         return counter_bits(self.base, index, nbits)
 
-    def defer_undecided(self, undecided: torch.Tensor) -> bool:
-        self.undecided = undecided
+    def defer_undecided(self, excess: torch.Tensor) -> bool:
+        self.excess = excess
         return True
 
 
@@ -79,7 +79,8 @@ def _kernel_body(
     ) -> tuple[torch.Tensor, torch.Tensor]:
         rng = _StreamZero(base)
         y = round_to_format(fmt, x, mode, overflow, rng, rand_bits)
-        pending = rng.undecided.any() if rng.undecided is not None else torch.zeros((), dtype=torch.bool)
+        # A float sum, not a bool any(): bool masks of int64 comparisons are slow in Inductor's loop.
+        pending = rng.excess.sum() > 0 if rng.excess is not None else torch.zeros((), dtype=torch.bool)
         if out is not None:  # written inside the graph, so the fused loop stores straight into it
             out.copy_(y)
             return out, pending
