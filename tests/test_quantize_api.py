@@ -101,6 +101,33 @@ def test_out_argument():
         an.quantize(nx, an.E2M1, out=np.empty(2, dtype=np.float32))
 
 
+@pytest.mark.parametrize("fmt", [an.BF16, an.FP16, an.E4M3FN, an.POSIT16], ids=repr)
+def test_out_every_route_matches_the_returned_result(fmt):
+    """out= (torch, NumPy, in place, non-contiguous NumPy) writes what quantize returns, whichever
+    route (native cast, kernel) the format takes."""
+    rng = np.random.default_rng(0)
+    xn = (rng.standard_normal(1000) * np.exp2(rng.integers(-20, 20, 1000))).astype(np.float32)
+    xn[:4] = [np.inf, -np.inf, np.nan, -0.0]
+    if fmt is an.POSIT16:
+        xn[:4] = [1e30, -1e-30, np.nan, -0.0]
+    want = an.quantize(torch.from_numpy(xn.copy()), fmt).numpy()
+
+    def same(got):
+        np.testing.assert_array_equal(np.asarray(got).view(np.int32), want.view(np.int32))
+
+    out = torch.empty(1000)
+    same(an.quantize(torch.from_numpy(xn), fmt, out=out).numpy())
+    nout = np.empty_like(xn)
+    assert an.quantize(xn, fmt, out=nout) is nout
+    same(nout)
+    inplace = xn.copy()
+    an.quantize(inplace, fmt, out=inplace)
+    same(inplace)
+    strided = np.empty((1000, 2), dtype=np.float32)[:, 0]
+    an.quantize(xn, fmt, out=strided)
+    same(strided)
+
+
 @pytest.mark.parametrize("mode", ["nearest", "rz", "sr"])
 def test_straight_through_gradient(mode):
     x = torch.tensor([0.3, 7.0, -100.0, 2.2], requires_grad=True)

@@ -167,7 +167,10 @@ def _quantize_tensor(
         fused = use_fused(xw, rng)
         # torch's float8 casts are slower than our fused kernel; its fp16/bf16 casts are not.
         if native is not None and (not fused or native in (torch.float16, torch.bfloat16)):
-            y = xw.to(native).to(wdt)
+            narrow = xw.to(native)
+            if out is not None and out.dtype == wdt:
+                return out.copy_(narrow)  # widens while it writes: no float32 temporary
+            y = narrow.to(wdt)
         elif fused:
             if out is not None and out.dtype == wdt:
                 return fused_round(fmt, xw, mode, overflow, rng, rand_bits, out)
@@ -242,8 +245,10 @@ def quantize(
         if out is not None:
             if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype:
                 raise InputError("out= must be a NumPy array of the input's shape and dtype.")
-            res = _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, None)
-            np.copyto(out, res.numpy())
+            if out.flags.c_contiguous and out.flags.writeable and out.ndim > 0:
+                _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, torch.from_numpy(out))
+            else:
+                np.copyto(out, _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, None).numpy())
             return out
         values = _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, None).numpy()
         return values if isinstance(x, np.ndarray) else values[()]
