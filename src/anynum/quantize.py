@@ -15,9 +15,11 @@ import torch
 
 from anynum.errors import InputError, RepresentabilityError
 from anynum.formats.base import Format
+from anynum.formats.block import Block
 from anynum.formats.fixed import IntFormat
 from anynum.formats.registry import format as lookup_format
 from anynum.kernels import fused_round, round_to_format, use_fused, working_dtype
+from anynum.kernels.fused import fused_decode, fused_encode
 from anynum.kernels.native import native_cast_dtype
 from anynum.rounding import (
     RandomSource,
@@ -270,9 +272,13 @@ def encode(
     """
     fmt = _as_format(fmt)
     y = quantize(x, fmt, rounding, **kwargs)
+    t = y.detach() if isinstance(y, torch.Tensor) else torch.from_numpy(np.asarray(y))
+    if isinstance(fmt, Block) or not use_fused(t, None):
+        codes = fmt._encode_torch(t.to(torch.float64))
+    else:
+        codes = fmt._checked_codes(fused_encode(fmt, t))
     if isinstance(y, torch.Tensor):
-        return fmt._encode_torch(y.detach().to(torch.float64))
-    codes = fmt._encode_torch(torch.from_numpy(np.asarray(y, dtype=np.float64)))
+        return codes
     return codes.numpy() if isinstance(y, np.ndarray) else int(codes.item())
 
 
@@ -294,9 +300,10 @@ def decode(codes: Any, fmt: Format | str) -> Any:
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise InputError(f"decode needs integer codes, got dtype {t.dtype}.")
     t = t.to(torch.int64)
-    if t.numel() and (bool((t < 0).any()) or bool((t >= (1 << fmt.bits)).any())):
+    if t.numel() and not 0 <= int((mm := torch.aminmax(t)).min) <= int(mm.max) < (1 << fmt.bits):
         raise InputError(f"codes of {fmt.display_name()} lie in [0, 2**{fmt.bits}); got values outside.")
-    values = fmt._decode_torch(t)
+    fast = use_fused(t, None) and not isinstance(fmt, Block)
+    values = fused_decode(fmt, t) if fast else fmt._decode_torch(t)
     if isinstance(codes, torch.Tensor):
         return values
     return float(values.item()) if np.isscalar(codes) else values.numpy()

@@ -173,3 +173,38 @@ def test_counter_bits_compiled_match_eager_at_awkward_sizes(n: int, nbits: int) 
 
     x = torch.zeros(n)
     assert torch.equal(static_ints(torch.compile(own_code(bits), fullgraph=True))(x, base), bits(x, base))
+
+
+CODEC_FORMATS = [
+    an.E4M3FN,
+    an.E5M2,
+    an.E2M1,
+    an.FloatFormat(4, 3, subnormals=False, specials="fn"),
+    an.FixedPoint(4, 8),
+    an.IntFormat(8),
+    an.Posit(16, 1),
+    an.Posit(32, 2),
+    an.Table([-2.0, -0.5, 0.0, 0.25, 1.0, 3.0]),
+]
+
+
+@pytest.mark.parametrize("fmt", CODEC_FORMATS, ids=repr)
+def test_encode_and_decode_compiled_match_eager(fmt: an.Format) -> None:
+    from anynum.kernels.fused import fused_decode, fused_encode
+
+    x = _inputs(torch.float32)
+    x = x[~x.isnan()] if not fmt.has_nan else x
+    y = an.quantize(x, fmt)
+    codes = fmt._encode_kernel(y.to(torch.float64))
+    assert torch.equal(fused_encode(fmt, y), codes)
+    assert torch.equal(fused_encode(fmt, y.double()), codes)
+    assert _same(fused_decode(fmt, codes), fmt._decode_torch(codes))
+
+
+def test_encode_nan_without_a_code_raises_on_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANYNUM_COMPILE", "1")
+    with pytest.raises(an.AnynumError, match="no NaN code"):
+        an.encode(torch.tensor([1.0, math.nan]), an.E2M1)
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")
+    with pytest.raises(an.AnynumError, match="no NaN code"):
+        an.encode(torch.tensor([1.0, math.nan]), an.E2M1)

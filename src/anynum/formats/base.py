@@ -191,8 +191,22 @@ class Format:
         raise NotImplementedError
 
     def _encode_torch(self, y: torch.Tensor) -> torch.Tensor:
-        """int64 codes of float64 values already on the grid."""
+        """int64 codes of float64 values already on the grid; NaN without a NaN code raises."""
+        return self._checked_codes(self._encode_kernel(y))
+
+    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
+        """int64 codes of float64 values already on the grid, as one pure (compilable) kernel.
+
+        NaN maps to the NaN code, or to -1 where the format has none (`_checked_codes`
+        turns that into an error outside the kernel, which must not branch on data).
+        """
         raise NotImplementedError
+
+    def _checked_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """`codes` from `_encode_kernel`, or `FormatError` if one marks a NaN the format cannot hold."""
+        if not self.has_nan and codes.numel() and bool((codes < 0).any()):
+            raise FormatError(f"{self.display_name()} has no NaN code; the input holds NaN.")
+        return codes
 
     def check_overflow(self, overflow: str | None) -> str:
         """Resolve ``overflow=None`` to the default and validate an explicit policy."""

@@ -89,11 +89,9 @@ class UniformFormat(Format):
             codes = ((codes & ((1 << self.bits) - 1)) ^ sign) - sign
         return codes.to(torch.float64) * self.step
 
-    def _encode_torch(self, y: torch.Tensor) -> torch.Tensor:
-        if bool(torch.isnan(y).any()):
-            raise FormatError(f"{self.display_name()} has no NaN code; the input holds NaN.")
-        codes = (y / self.step).to(torch.int64)  # exact: y is on the grid
-        return codes & ((1 << self.bits) - 1)
+    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
+        codes = (torch.where(y != y, 0.0, y) / self.step).to(torch.int64)  # exact: y is on the grid
+        return torch.where(y != y, -1, codes & ((1 << self.bits) - 1))  # -1: NaN has no code
 
 
 @dataclass(frozen=True)

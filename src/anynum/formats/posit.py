@@ -368,10 +368,10 @@ class Posit(Format):
         v = torch.where(negative, -v, v)
         return torch.where(codes == nar, torch.full_like(v, torch.nan), v)
 
-    def _encode_torch(self, y: torch.Tensor) -> torch.Tensor:
+    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
         y = y.to(torch.float64)
         a = torch.abs(y)
-        finite = torch.isfinite(a)
+        finite = a < torch.inf  # not isfinite: it does not vectorize in Inductor
         sp = self._split(torch.where(finite, a, torch.ones_like(a)))
         # On-grid values have frac 0; anything else is encoded as its lower neighbour.
         mag = torch.where(a == 0, 0, sp.code_lo(self.n))

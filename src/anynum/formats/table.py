@@ -434,12 +434,10 @@ class Table(Format):
         v = lut.values[torch.clamp(codes, 0, n - 1)]
         return torch.where(valid, v, torch.full_like(v, torch.nan))
 
-    def _encode_torch(self, y: torch.Tensor) -> torch.Tensor:
-        if bool(torch.isnan(y).any()):
-            raise FormatError(f"{self.display_name()} has no NaN code; the input holds NaN.")
+    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
         lut = self._lookup(y.device)
         idx = torch.searchsorted(lut.values, y.to(torch.float64).contiguous())
-        return torch.clamp(idx, 0, lut.values.numel() - 1)
+        return torch.where(y != y, -1, torch.clamp(idx, 0, lut.values.numel() - 1))  # -1: NaN has no code
 
     def __repr__(self) -> str:
         if self.name:

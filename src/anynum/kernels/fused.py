@@ -32,7 +32,15 @@ from anynum.formats.base import Format
 from anynum.kernels.eager import round_to_format
 from anynum.rounding import RandomSource, Rounding, counter_bits
 
-__all__ = ["compile_mode", "fused_round", "own_code", "static_ints", "use_fused"]
+__all__ = [
+    "compile_mode",
+    "fused_decode",
+    "fused_encode",
+    "fused_round",
+    "own_code",
+    "static_ints",
+    "use_fused",
+]
 
 _DEFAULT_MIN_ELEMENTS = 1 << 18
 _failed: set[tuple[object, ...]] = set()
@@ -169,3 +177,54 @@ def fused_round(
         out.copy_(y)
         return out
     return y
+
+
+# --- codes -----------------------------------------------------------------------------------
+
+
+def _codec_body(fmt: Format, encode: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    if encode:
+
+        def body(t: torch.Tensor) -> torch.Tensor:
+            return fmt._encode_kernel(t.to(torch.float64))
+
+    else:
+
+        def body(t: torch.Tensor) -> torch.Tensor:
+            return fmt._decode_torch(t)
+
+    return body
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled_codec(fmt: Format, encode: bool, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    body = own_code(_codec_body(fmt, encode))
+    return static_ints(torch.compile(body, dynamic=None, fullgraph=True))
+
+
+def _fused_codec(fmt: Format, encode: bool, t: torch.Tensor) -> torch.Tensor:
+    eager = _codec_body(fmt, encode)
+    key = ("encode" if encode else "decode", fmt, t.dtype, t.device.type)
+    if key in _failed:
+        return eager(t)
+    try:
+        return _compiled_codec(fmt, encode, t.dtype)(t)
+    except Exception as exc:
+        _failed.add(key)
+        warnings.warn(
+            f"anynum: torch.compile failed for {key[0]} of {fmt!r} ({type(exc).__name__}: {exc}); "
+            "using the eager path (set ANYNUM_COMPILE=0 to silence).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return eager(t)
+
+
+def fused_encode(fmt: Format, y: torch.Tensor) -> torch.Tensor:
+    """``fmt._encode_kernel(y.to(float64))`` as one compiled loop (y on the grid, any float dtype)."""
+    return _fused_codec(fmt, True, y)
+
+
+def fused_decode(fmt: Format, codes: torch.Tensor) -> torch.Tensor:
+    """``fmt._decode_torch(codes)`` (int64 codes) as one compiled loop."""
+    return _fused_codec(fmt, False, codes)
