@@ -19,6 +19,7 @@ from anynum.formats.block import Block
 from anynum.formats.fixed import IntFormat
 from anynum.formats.registry import format as lookup_format
 from anynum.kernels import fused_round, round_to_format, use_fused, working_dtype
+from anynum.kernels.arrays import is_dask_array, is_jax_array, quantize_dask, quantize_jax
 from anynum.kernels.fused import fused_decode, fused_encode
 from anynum.kernels.native import native_cast_dtype
 from anynum.rounding import (
@@ -188,6 +189,41 @@ def _quantize_tensor(
     return y
 
 
+def _quantize_foreign(
+    x: Any,
+    fmt: Format,
+    mode: Rounding,
+    policy: str,
+    generator: Any,
+    seed: int | None,
+    rand_bits: int | None,
+    out: Any,
+) -> Any:
+    """JAX and Dask arrays, through `anynum.kernels.arrays`."""
+    kind = "JAX" if is_jax_array(x) else "Dask"
+    if out is not None:
+        raise InputError(
+            f"out= takes torch tensors and NumPy arrays; {kind} arrays are returned, not written."
+        )
+    name = str(x.dtype)
+    if name not in ("float16", "bfloat16", "float32", "float64"):
+        raise InputError(
+            f"quantize needs a float16/bfloat16/float32/float64 {kind} array, got dtype {name}; "
+            "convert it first, e.g. x.astype('float32')."
+        )
+    if generator is not None and is_jax_array(generator):  # a JAX PRNG key: its bits are the seed
+        import jax
+
+        words = [int(w) for w in np.asarray(jax.random.key_data(generator)).reshape(-1)]
+        generator, seed = None, sum(w << (32 * i) for i, w in enumerate(reversed(words))) & ((1 << 62) - 1)
+    rng = make_random_source(generator, seed, torch.device("cpu")) if mode.is_stochastic else None
+
+    def run(t: torch.Tensor, block_rng: RandomSource | None) -> torch.Tensor:
+        return _quantize_tensor(t, fmt, mode, policy, block_rng, rand_bits, None)
+
+    return quantize_jax(x, run, rng) if kind == "JAX" else quantize_dask(x, run, rng)
+
+
 def quantize(
     x: Any,
     fmt: Format | str,
@@ -203,14 +239,16 @@ def quantize(
 
     Args:
         x: torch tensor (float16/bfloat16/float32/float64, any shape, strides and
-            device) or NumPy array (float16/float32/float64).
+            device), NumPy array (float16/float32/float64), JAX array (also inside
+            ``jax.jit``; gradients pass straight through) or Dask array (lazy, chunk by
+            chunk; stochastic results do not depend on the chunking).
         fmt: a Format or a name understood by `anynum.format`.
         rounding: a `Rounding` member or alias ("nearest", "rz", "sr", ...).
         overflow: "saturate", "inf", "nan" (floats) or "saturate", "wrap" (fixed
             point, integers); None uses the format's default ("inf" if it has
             infinities, else "saturate").
         generator, seed: the random stream for stochastic modes (torch or NumPy
-            Generator, or an int seed); results depend only on these and `x`.
+            Generator, a JAX PRNG key, or an int seed); results depend only on these and `x`.
         rand_bits: hardware-style stochastic rounding with this many random bits (1..52).
         out: write the result here (same type, shape, dtype, device) and return it.
 
@@ -235,6 +273,8 @@ def quantize(
     if isinstance(x, torch.Tensor):
         rng = make_random_source(generator, seed, x.device) if mode.is_stochastic else None
         return _quantize_tensor(x, fmt, mode, policy, rng, rand_bits, out)
+    if is_jax_array(x) or is_dask_array(x):
+        return _quantize_foreign(x, fmt, mode, policy, generator, seed, rand_bits, out)
     if isinstance(x, np.ndarray) or np.isscalar(x):
         arr = np.asarray(x)
         if arr.dtype not in _NUMPY_FLOATS:
