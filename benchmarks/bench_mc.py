@@ -9,6 +9,12 @@ add 73 ms (~74x), mul 1070 ms, div 522 ms, mv 793 ms (~720x), matmul 1709 ms (~4
 Targets: add <= 7x, mul/div <= 30x, mv/matmul <= 20x.  The matrix products use the default
 engine (exact int8 GEMMs); the "native" rows are the previous default, for comparison.
 
+Additions of large float32/float64 operands run as one loop compiled by torch.compile unless
+``ANYNUM_COMPILE=0`` (default "auto": from 262144 elements); the "(eager)" rows force the
+eager cache-blocked kernels in the same run.  The first call of each compiled kernel (the
+compile, or a load from Inductor's disk cache) is timed separately and printed as "first
+call"; it is excluded from the ratios.
+
 ``--baseline DIR`` adds "(baseline)" rows that run the same MCTensor operations with the
 ``arith.py``/``linalg.py`` found in DIR (e.g. an earlier version extracted with
 ``git show REV:src/anynum/mc/arith.py > DIR/arith.py``, same for linalg.py), interleaved in
@@ -71,6 +77,23 @@ def baseline(directory: str):
     return wrap
 
 
+def eager(f):
+    """`f` with the compiled elementwise kernels switched off (ANYNUM_COMPILE=0)."""
+
+    def run():
+        old = os.environ.get("ANYNUM_COMPILE")
+        os.environ["ANYNUM_COMPILE"] = "0"
+        try:
+            return f()
+        finally:
+            if old is None:
+                del os.environ["ANYNUM_COMPILE"]
+            else:
+                os.environ["ANYNUM_COMPILE"] = old
+
+    return run
+
+
 def cases(dtype: torch.dtype, base=None):
     g = torch.Generator().manual_seed(0)
     X = torch.randn(1000, 1000, dtype=torch.float64, generator=g)
@@ -82,9 +105,12 @@ def cases(dtype: torch.dtype, base=None):
     A = torch.randn(500, 200, dtype=torch.float64, generator=g)
     B = torch.randn(200, 50, dtype=torch.float64, generator=g)
     a, bm = mc.MCTensor(A, 2, dtype=dtype), mc.MCTensor(B, 2, dtype=dtype)
-    vt, bt = v.to(dtype), B.to(dtype)
+    vt, bt, yt = v.to(dtype), B.to(dtype), Y.to(dtype)
     out = [
         ("add 1000x1000 (MC+MC)", lambda: X + Y, lambda: x + y, 3),
+        ("add 1000x1000 (MC+tensor)", lambda: X + Y, lambda: x + yt, 3),
+        ("add 1000x1000 (MC+MC) (eager)", lambda: X + Y, eager(lambda: x + y), 3),
+        ("add 1000x1000 (MC+tensor) (eager)", lambda: X + Y, eager(lambda: x + yt), 3),
         ("mul 1000x1000 (MC*MC)", lambda: X * Y, lambda: x * y, 3),
         ("div 1000x1000 (MC/MC)", lambda: X / Y, lambda: x / y, 2),
         ("mv (5000x500).500 (MC.tensor)", lambda: M @ v, lambda: m @ vt, 1),
@@ -126,7 +152,12 @@ def main() -> None:
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         for name, ref, op, inner in cases(dtype, base):
-            ref(), op()
+            t0 = time.perf_counter()
+            op()
+            first = time.perf_counter() - t0
+            if first > 0.5:
+                print(f"{threads}T  {name:42s} first call {first:.1f} s (compile or cache load)")
+            ref()
             ratios, tr, to = [], [], []
             for _ in range(args.reps):
                 a = _time(ref, inner * 5)

@@ -3,9 +3,13 @@
 Run:  python examples/mc_paper_experiments.py [--quick] [--parts mlp,digits,...] [--epochs N]
 
 Prints final losses / accuracies for plain float16/float32/float64 models and MC
-float16 models (nc = 1, 2, 3), plus a Poincare half-space embedding of a generated tree
-with float64 vs MC float64 (nc = 2, 3).  --quick uses fewer epochs; --epochs overrides the
-epoch count of every selected part.
+float16 models (nc = 1, 2, 3).  The hyperbolic part (Poincare half-space model, float64
+against MC float64) has three pieces: the error of the distance against mpmath as two
+points move away from the origin; training float64 and MC nc=2 embeddings of a generated
+tree (how far do the points drift, and does float64 degrade?); and a tree embedding
+constructed in mpmath at growing edge lengths, stored in float64 / MC nc=2 / nc=3, with a
+few training epochs from it.  --quick uses fewer epochs; --epochs overrides the epoch count
+of every selected part (for hyperbolic: the training piece).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def linear_regression(epochs: int) -> None:
             loss = ((out - y).to_tensor(torch.float32) ** 2).mean()
             loss.backward()
             opt.step()
-        wv = layer.weight.mc.to_tensor(torch.float64)
+        wv = layer.weight.mc.to_tensor(torch.float64).detach()
         print(f"  MC float16 nc={nc}          {float(((X @ wv.T - y) ** 2).mean()):.3e}")
 
 
@@ -170,29 +174,36 @@ def mlp(name: str, X, y, hidden: int, lr: float, momentum: float, epochs: int, b
 
 
 # ------------------------------------------------------------------ hyperbolic embedding
+# Poincare upper half-space model: points (x_1, ..., x_n) with x_n > 0 and
+#   d(x, y) = arcosh(1 + |x - y|^2 / (2 x_n y_n)).
+# A float represents x_1 to a relative precision u, i.e. to u |x_1| / x_n units of hyperbolic
+# length: once |x_1| / x_n exceeds ~1/u (a point ~37 units from the origin (0, 1) in float64)
+# two points closer than that can no longer be told apart (Yu & De Sa, NeurIPS 2019/2021).
+# The three parts below measure that regime against mpmath, check whether training gets
+# there, and show what happens to an embedding that lives there.
 def _tree(branching: int, depth: int):
-    edges, nodes, frontier = [], [0], [0]
+    """Complete tree: node count, parent->child edges, transitive closure (child, ancestor)."""
+    edges, frontier, n = [], [0], 1
     for _ in range(depth):
         nxt = []
         for p in frontier:
             for _ in range(branching):
-                c = len(nodes)
-                nodes.append(c)
-                edges.append((p, c))
-                nxt.append(c)
+                edges.append((p, n))
+                nxt.append(n)
+                n += 1
         frontier = nxt
     parent = dict((c, p) for p, c in edges)
     closure = []
-    for c in nodes:
+    for c in range(n):
         a = parent.get(c)
         while a is not None:
             closure.append((c, a))
             a = parent.get(a)
-    return len(nodes), closure
+    return n, edges, closure
 
 
 def _halfspace_dist(x, y):
-    """arcosh(1 + |x-y|^2 / (2 x_n y_n)) for MC or plain tensors (last coord is x_n)."""
+    """arcosh(1 + |x-y|^2 / (2 x_n y_n)) entirely in the arithmetic of x and y (MC or plain)."""
     diff = x - y
     num = (diff * diff).sum(-1)
     den = x[..., -1] * y[..., -1] * 2.0
@@ -202,88 +213,235 @@ def _halfspace_dist(x, y):
     return torch.log(z + torch.sqrt(z * z - 1.0))
 
 
-def hyperbolic(epochs: int, dim: int = 2) -> None:
-    n, rel = _tree(3, 5)
-    rel_t = torch.tensor(rel)
-    pos = {}
-    for c, a in rel:
-        pos.setdefault(c, set()).add(a)
-        pos.setdefault(a, set()).add(c)
-    print(f"Poincare half-space embedding of a 3-ary tree, {n} nodes, {len(rel)} closure pairs")
-    g = torch.Generator().manual_seed(0)
-    init = torch.rand(n, dim, dtype=torch.float64, generator=g) * 1e-3
-    init[:, -1] = 1.0 + init[:, -1]
-    nneg = 20
+def _dist(x, y, guard: bool = False):
+    """The half-space distance with x - y (and the stored coordinates) in the points' own
+    arithmetic, MC or float64, and the rest in float64.
 
-    def train(use_mc: bool, nc: int = 2):
-        if use_mc:
-            emb = mc.nn.MCEmbedding(n, dim, nc=nc, dtype=torch.float64, init=init.clone())
-            opt: torch.optim.Optimizer = mc.optim.MCSGD(emb.parameters(), lr=0.3)
-        else:
-            w = torch.nn.Parameter(init.clone())
-            opt = torch.optim.SGD([w], lr=0.3)
-        gen = torch.Generator().manual_seed(1)
-        nan_epoch = None
-        for ep in range(epochs):
-            opt.zero_grad()
-            u = rel_t[:, 0]
-            negs = torch.randint(0, n, (len(rel), nneg), generator=gen)
-            # a node is never its own negative: d(u, u) = 0 is where arcosh' is infinite (NaN grads)
-            negs = torch.where(negs == u[:, None], (negs + 1) % n, negs)
-            cand = torch.cat([rel_t[:, 1:], negs], 1)
-            if use_mc:
-                eu = emb(u).unsqueeze(1)
-                ec = emb(cand)
-                d = _halfspace_dist(eu, ec).to_tensor()
-            else:
-                d = _halfspace_dist(w[u].unsqueeze(1), w[cand])
-            loss = torch.nn.functional.cross_entropy(-d, torch.zeros(len(rel), dtype=torch.long))
-            if not torch.isfinite(loss):
-                nan_epoch = ep
-                break
-            loss.backward()
-            with torch.no_grad():  # Riemannian SGD: the half-space metric scales gradients by x_n^2
-                if use_mc:
-                    xn = emb.weight.data[0, :, -1]
-                    emb.weight.grad.mul_((xn * xn)[:, None])
-                else:
-                    w.grad.mul_((w.data[:, -1] ** 2)[:, None])
-            opt.step()
-            with torch.no_grad():  # keep points in the upper half space
-                if use_mc:
-                    p = emb.weight.data
-                    p[0, :, -1].clamp_(min=1e-300)
-                else:
-                    w.data[:, -1].clamp_(min=1e-300)
+    Representation and the difference x - y are where precision is lost far from the origin;
+    once they are accurate, the rest of the formula is well conditioned in float64 for the
+    distances that occur here (checked against `_halfspace_dist` in full MC below).  It keeps
+    the MC runs fast, and float64 and MC runs use the same float64 formula after x - y.
+    `guard` clamps the arcosh argument to >= 1 + 2^-40, the usual fix for the infinite
+    derivative of arcosh at 1 (distinct points stored as the same float give NaN gradients).
+    """
+    diff, xn, yn = x - y, x[..., -1], y[..., -1]
+    if isinstance(diff, mc.MCTensor):
+        diff, xn, yn = diff.to_tensor(), xn.to_tensor(), yn.to_tensor()
+    z = (diff * diff).sum(-1) / (xn * yn * 2.0) + 1.0
+    if guard:
+        z = z.clamp(min=1.0 + 2.0**-40)
+    return torch.log(z + torch.sqrt(z * z - 1.0))
+
+
+def _dist_matrix(X, n: int) -> torch.Tensor:
+    idx = torch.arange(n)
+    with torch.no_grad():
+        return torch.stack([_dist(X[torch.full((n,), i)], X[idx]) for i in range(n)])
+
+
+def _mean_ap(D: torch.Tensor, pos: torch.Tensor) -> float:
+    """Mean average precision of ranking every other node by distance (closure pairs = hits)."""
+    n = D.shape[0]
+    D = torch.nan_to_num(D.clone(), nan=math.inf)
+    D.fill_diagonal_(math.inf)
+    order = torch.argsort(D, dim=1, stable=True)[:, :-1]
+    hits = torch.gather(pos, 1, order).double()
+    prec = hits.cumsum(1) / torch.arange(1, n, dtype=torch.float64)
+    return float(((prec * hits).sum(1) / hits.sum(1).clamp(min=1)).mean())
+
+
+def _beyond_float64(h: torch.Tensor, xn: torch.Tensor) -> float:
+    """Fraction of points whose horizontal float64 resolution u|x_1|/x_n exceeds 1 unit."""
+    return float((h.abs().amax(-1) / xn > 2.0**53).double().mean())
+
+
+def _mp_expansion(v, nc: int) -> list[float]:
+    """Greedy nc-term float64 expansion of an mpmath number (nc=1: round to nearest)."""
+    import mpmath
+
+    out = []
+    for _ in range(nc):
+        out.append(float(v))
+        v = v - mpmath.mpf(out[-1])
+    return out
+
+
+def _points(coords, nc: int):
+    """mpmath points -> float64 tensor (nc=1) or MC float64 nc-component MCTensor."""
+    comps = [[[_mp_expansion(c, nc)[k] for c in p] for p in coords] for k in range(nc)]
+    ts = tuple(torch.tensor(c, dtype=torch.float64) for c in comps)
+    return ts[0] if nc == 1 else mc.MCTensor(ts)
+
+
+def hyperbolic_precision() -> None:
+    """Distance error against mpmath for two points 0.96 apart, moved away from the origin."""
+    import mpmath
+
+    mpmath.mp.prec = 600
+    c = mpmath.mpf(1) / 3
+    print("half-space distance precision vs mpmath: points (1/3, e^-D), (1/3 + e^-D, e^-D), "
+          "true distance arcosh(3/2) = 0.9624; relative error of the computed distance")
+    print(f"  {'D':>4s} {'d(origin)':>9s} {'float64':>9s} {'MC nc=2':>9s} {'MC nc=3':>9s}")
+    for D in (5, 10, 20, 30, 35, 40, 50, 60, 70, 80, 100, 120):
+        h = mpmath.exp(-D)
+        p, q = (c, h), (c + h, h)
+        true = mpmath.acosh(1 + ((p[0] - q[0]) ** 2 + (p[1] - q[1]) ** 2) / (2 * p[1] * q[1]))
+        errs = []
+        for nc in (1, 2, 3):
+            X = _points([p, q], nc)
+            d = _halfspace_dist(X[0], X[1])  # the paper's formula, entirely in that arithmetic
+            parts = d.components() if isinstance(d, mc.MCTensor) else (d,)
+            got = sum((mpmath.mpf(float(t)) for t in parts), mpmath.mpf(0))
+            errs.append(float(abs(got - true) / true))
+        dist0 = float(mpmath.acosh(1 + (c**2 + (h - 1) ** 2) / (2 * h)))
+        print(f"  {D:4d} {dist0:9.1f} " + " ".join(f"{e:9.1e}" for e in errs))
+
+
+def _train(n, closure, init, nc: int, epochs: int, lr: float, nneg: int, log_every: int,
+           guard: bool = False):
+    """Full-batch Riemannian SGD on the softmax-over-negatives loss (Nickel & Kiela 2017).
+
+    nc=1: float64 coordinates; nc>=2: MC float64 coordinates (kept and updated in MC).
+    The loss is summed over closure pairs and each point's Riemannian step (its Euclidean
+    gradient scaled by x_n^2) is clipped to one unit of hyperbolic length, then applied with
+    the retraction x_i -= x_n v_i, x_n *= exp(-v_n) (first-order exact; keeps x_n > 0).
+    Returns (coordinates, the 1-based epoch whose loss or gradient was not finite, or None).
+    """
+    rel = torch.tensor(closure)
+    u = rel[:, 0]
+    if nc == 1:
+        X = init.clone() if isinstance(init, torch.Tensor) else init
+    else:
+        X = init if isinstance(init, mc.MCTensor) else mc.MCTensor(init, nc)
+    gen = torch.Generator().manual_seed(1)
+    target = torch.zeros(len(rel), dtype=torch.long)
+    for ep in range(epochs):
+        negs = torch.randint(0, n, (len(rel), nneg), generator=gen)
+        negs = torch.where(negs == u[:, None], (negs + 1) % n, negs)  # d(u, u) = 0: arcosh' = inf
+        cand = torch.cat([rel[:, 1:], negs], 1)
+        leaf = X.detach().requires_grad_(True)
+        d = _dist(leaf[u].unsqueeze(1), leaf[cand], guard)
+        loss = torch.nn.functional.cross_entropy(-d, target, reduction="sum")
+        loss.backward()
+        grad = leaf.grad  # an MCTensor's .grad is the gradient with respect to its value
+        if not (torch.isfinite(loss) and torch.isfinite(grad).all()):
+            return X, ep + 1
         with torch.no_grad():
-            if use_mc:
-                full = emb.weight.mc
-                dist = torch.stack([_halfspace_dist(full[i].unsqueeze(0), full).to_tensor()
-                                    for i in range(n)])
-            else:
-                dist = torch.stack([_halfspace_dist(w[i].unsqueeze(0), w) for i in range(n)])
-        aps = []
-        for i, ps in pos.items():
-            if not torch.isfinite(dist[i]).all():
-                aps.append(float("nan"))
-                continue
-            order = torch.argsort(dist[i])
-            order = order[order != i]
-            hits, precs = 0, []
-            for rank, j in enumerate(order.tolist(), 1):
-                if j in ps:
-                    hits += 1
-                    precs.append(hits / rank)
-            aps.append(sum(precs) / len(ps))
-        mean_ap = sum(aps) / len(aps)
-        return mean_ap, nan_epoch
+            xn = X[:, -1] if nc == 1 else X[:, -1].to_tensor()
+            v = lr * xn[:, None] * grad
+            v = v * (1.0 / v.norm(dim=-1, keepdim=True)).clamp(max=1.0).nan_to_num(1.0)
+            step_h, scale_n = xn[:, None] * v[:, :-1], torch.exp(-v[:, -1:])
+            X = torch.cat([X[:, :-1] - step_h, X[:, -1:] * scale_n], -1)
+        if log_every and (ep + 1) % log_every == 0:
+            h, xn = (X[:, :-1], X[:, -1]) if nc == 1 else (X[:, :-1].to_tensor(), X[:, -1].to_tensor())
+            print(f"    epoch {ep + 1:5d}  loss/pair {float(loss.detach()) / len(rel):.4f}  "
+                  f"max d(origin) {float(_origin_dist(X).max()):6.1f}  "
+                  f"beyond float64 resolution {_beyond_float64(h, xn) * 100:5.1f} %", flush=True)
+    return X, None
 
-    for tag, use_mc, nc in (("float64", False, 1), ("MC float64 nc=2", True, 2),
-                            ("MC float64 nc=3", True, 3)):
-        mean_ap, nan_ep = train(use_mc, nc)
-        nan_txt = f"NaN at epoch {nan_ep}" if nan_ep is not None else "no NaN"
-        print(f"  {tag:18s} MAP {mean_ap * 100 if not math.isnan(mean_ap) else float('nan'):.2f}%  "
-              f"({nan_txt})")
+
+def _origin_dist(X) -> torch.Tensor:
+    X = X.to_tensor() if isinstance(X, mc.MCTensor) else X
+    with torch.no_grad():
+        return torch.acosh(1 + ((X[:, :-1] ** 2).sum(-1) + (X[:, -1] - 1) ** 2) / (2 * X[:, -1]))
+
+
+def hyperbolic_training(epochs: int, branching: int = 2, depth: int = 8, lr: float = 1.0,
+                        nneg: int = 10) -> None:
+    """Train float64 and MC nc=2 embeddings from the same small initialisation (2 dimensions)."""
+    n, _, closure = _tree(branching, depth)
+    rel = torch.tensor(closure)
+    pos = torch.zeros(n, n, dtype=torch.bool)
+    pos[rel[:, 0], rel[:, 1]] = pos[rel[:, 1], rel[:, 0]] = True
+    print(f"half-space embedding (2-d) of a {branching}-ary tree of depth {depth}: {n} nodes, "
+          f"{len(closure)} closure pairs, {nneg} negatives, full-batch RSGD lr {lr}, {epochs} epochs")
+    g = torch.Generator().manual_seed(0)
+    init = torch.rand(n, 2, dtype=torch.float64, generator=g) * 1e-3
+    init[:, -1] += 1.0
+    for nc in (1, 2):
+        tag = "float64" if nc == 1 else f"MC float64 nc={nc}"
+        print(f"  {tag}:")
+        X, nan_ep = _train(n, closure, init, nc, epochs, lr, nneg, max(1, epochs // 4))
+        D = _dist_matrix(X, n)
+        h, xn = (X[:, :-1], X[:, -1]) if nc == 1 else (X[:, :-1].to_tensor(), X[:, -1].to_tensor())
+        x1 = torch.sort(h[:, 0]).values
+        gap = float(((x1[1:] - x1[:-1]) / torch.maximum(x1[1:].abs(), x1[:-1].abs())).min())
+        print(f"    MAP {_mean_ap(D, pos) * 100:.2f} %, "
+              f"{'NaN at epoch ' + str(nan_ep) if nan_ep is not None else 'no NaN'}, "
+              f"{_beyond_float64(h, xn) * 100:.1f} % of the points beyond float64 resolution; "
+              f"closest horizontal neighbours {gap:.1e} apart relative to |x_1| (float64 "
+              f"resolves 1.1e-16)")
+        if nc > 1:  # would float64 storage have damaged this embedding?
+            D64 = _dist_matrix(X.to_tensor(), n)
+            off = ~torch.eye(n, dtype=torch.bool)
+            err = ((D64 - D).abs() / D)[off]
+            rows = torch.arange(0, n, 32)
+            full = torch.stack([_halfspace_dist(X[torch.full((n,), int(i))], X).to_tensor() for i in rows])
+            ferr = ((full - D[rows]).abs() / D[rows])[off[rows]]
+            print(f"    the same points rounded to float64: MAP {_mean_ap(D64, pos) * 100:.2f} %, "
+                  f"max relative change of a distance {float(err.max()):.1e}; "
+                  f"full-MC distance formula vs _dist: max relative difference {float(ferr.max()):.1e}")
+
+
+def hyperbolic_construction(taus=(2, 4, 6, 8, 12, 16), branching: int = 2, depth: int = 8,
+                            finetune: int = 30) -> None:
+    """A tree embedding built in mpmath, stored in float64 / MC nc=2 / nc=3 (Sala et al. 2018).
+
+    Node (c, h) has children (c + (j - (b-1)/2) h, h e^-tau): edges ~tau long, siblings ~2 tau
+    apart, the deepest nodes ~depth*tau from the origin.  MAP from exact (mpmath) distances and
+    from distances computed on the stored points; then `finetune` epochs of training from there.
+    """
+    import mpmath
+
+    mpmath.mp.prec = 400
+    n, edges, closure = _tree(branching, depth)
+    rel = torch.tensor(closure)
+    pos = torch.zeros(n, n, dtype=torch.bool)
+    pos[rel[:, 0], rel[:, 1]] = pos[rel[:, 1], rel[:, 0]] = True
+    off = ~torch.eye(n, dtype=torch.bool)
+    print(f"constructed half-space embedding of the same tree ({n} nodes), edge length tau: MAP, "
+          "max relative distance error vs mpmath, pairs of distinct nodes at distance 0")
+    print(f"  {'tau':>3s} {'deepest':>7s} {'exact':>7s} | {'float64':^27s} | {'MC nc=2':^27s} | "
+          f"{'MC nc=3':^27s}")
+    stored = {}
+    for tau in taus:
+        pts = [(mpmath.mpf(0), mpmath.mpf(1))]
+        count: dict[int, int] = {}
+        for p, _ in edges:
+            j = count[p] = count.get(p, -1) + 1
+            x, h = pts[p]
+            pts.append((x + (j - mpmath.mpf(branching - 1) / 2) * h, h * mpmath.exp(-tau)))
+        exact = torch.zeros(n, n, dtype=torch.float64)
+        for i in range(n):
+            xi, hi = pts[i]
+            for j in range(i + 1, n):
+                xj, hj = pts[j]
+                exact[i, j] = exact[j, i] = float(
+                    mpmath.acosh(1 + ((xi - xj) ** 2 + (hi - hj) ** 2) / (2 * hi * hj)))
+        cols = []
+        for nc in (1, 2, 3):
+            X = _points(pts, nc)
+            stored[tau, nc] = X
+            D = _dist_matrix(X, n)
+            err = float(((D - exact).abs() / exact)[off].max())
+            zeros = int((D[off] == 0).sum()) // 2
+            cols.append(f"{_mean_ap(D, pos) * 100:6.2f} % {err:8.1e} {zeros:5d}")
+        print(f"  {tau:3d} {float(_origin_dist(stored[tau, 1]).max()):7.1f} "
+              f"{_mean_ap(exact, pos) * 100:5.2f} % | " + " | ".join(cols), flush=True)
+    if finetune:
+        tau = next((t for t in taus if t >= 8), taus[-1])
+        print(f"  {finetune} training epochs starting from the tau={tau} embedding (lr 0.1):")
+        for nc, guard in ((1, False), (1, True), (2, False)):
+            X, nan_ep = _train(n, closure, stored[tau, nc], nc, finetune, 0.1, 10, 0, guard)
+            tag = "float64" + (" + guard" if guard else "") if nc == 1 else f"MC float64 nc={nc}"
+            state = f"NaN at epoch {nan_ep}" if nan_ep is not None else "no NaN"
+            print(f"    {tag:18s} {state}, MAP {_mean_ap(_dist_matrix(X, n), pos) * 100:.2f} %")
+
+
+def hyperbolic(epochs: int) -> None:
+    hyperbolic_precision()
+    hyperbolic_training(epochs)
+    hyperbolic_construction()
 
 
 def main() -> None:
@@ -318,7 +476,7 @@ def main() -> None:
         dg = load_digits()
         mlp("digits", dg.data, dg.target, 50, 2e-3, 0.8, ep(10, 100), 128)
     if "hyperbolic" in parts:
-        hyperbolic(ep(50, 300))
+        hyperbolic(ep(500, 2000))
 
 
 if __name__ == "__main__":

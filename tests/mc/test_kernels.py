@@ -10,6 +10,8 @@ and non-finite inputs, with several block sizes (ragged last block) and thread c
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -197,3 +199,42 @@ def test_mc_add_matches_reference_and_components_independent():
     before = zl.clone()
     zh.add_(1.0)
     assert torch.equal(zl, before)
+
+
+# ----------------------------------------------------------------- compiled additions
+def _eager_kernel_called(*args, **kwargs):
+    raise AssertionError("the eager blocked kernel ran instead of the compiled one")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_additions_bit_identical(dtype, monkeypatch):
+    """With ANYNUM_COMPILE=1 the sums run as one torch.compile'd loop: same bits as the formulas."""
+    monkeypatch.setenv("ANYNUM_COMPILE", "1")
+    monkeypatch.setattr(arith, "_FUSE_FAILED", set())
+    monkeypatch.setattr(arith, "_run", _eager_kernel_called)
+    for kind in KINDS:
+        for shape in [(301, 419), (2**15 + 3,)]:
+            xh, xl, yh, yl = _operands(kind, dtype, shape, seed=hash((kind, shape)) % 2**31)
+            with torch.no_grad():
+                _same(arith.dw_plus_dw(xh, xl, yh, yl), ref_dw_plus_dw(xh, xl, yh, yl))
+                _same(arith.dw_plus_fp(xh, xl, yh), ref_dw_plus_fp(xh, xl, yh))
+            if kind != "nonfinite":  # MCTensor patches non-finite entries afterwards
+                x, y = mc.MCTensor._wrap((xh, xl)), mc.MCTensor._wrap((yh, yl))
+                _same((x - y).components(), ref_dw_plus_dw(xh, xl, -yh, -yl))
+                _same((x + yh).components(), ref_dw_plus_fp(xh, xl, yh))
+
+
+def test_compile_failure_falls_back_to_eager(monkeypatch):
+    def broken(name):
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setenv("ANYNUM_COMPILE", "1")
+    monkeypatch.setattr(arith, "_FUSE_FAILED", set())
+    monkeypatch.setattr(arith, "_compiled", broken)
+    xh, xl, yh, yl = _operands("random", torch.float32, (200, 200), seed=3)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="no compiler"):
+        got = arith.dw_plus_dw(xh, xl, yh, yl)
+    _same(got, ref_dw_plus_dw(xh, xl, yh, yl))
+    with torch.no_grad(), warnings.catch_warnings():  # the failure is remembered: no second warning
+        warnings.simplefilter("error")
+        _same(arith.dw_plus_dw(xh, xl, yh, yl), ref_dw_plus_dw(xh, xl, yh, yl))

@@ -30,8 +30,14 @@ the native result of the leading components.
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
+from anynum.kernels.fused import own_code, use_fused
 from anynum.mc._core import Comps
 from anynum.mc.eft import _fast_two_sum, _fma, _two_prod, _two_sum, fma_available
 
@@ -244,25 +250,103 @@ def pad(x: Comps, nc: int) -> Comps:
 
 
 # ----------------------------------------------------------------- nc = 2 (JMP17)
-def dw_plus_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
-    shape = _pooled(xh, xl, y)
-    if shape is not None and xh.dtype in _NATIVE:
-        return _run(_k_dw_plus_fp, 3, shape, xh, xl, y)
+def _dw_plus_fp_formula(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
+    """DWPlusFP (JMP17 Alg. 4), one fresh tensor per operation."""
     sh, sl = _two_sum(xh, y)
     v = xl + sl
     return _fast_two_sum(sh, v)
 
 
-def dw_plus_dw(xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor) -> Comps:
-    shape = _pooled(xh, xl, yh, yl)
-    if shape is not None and xh.dtype in _NATIVE:
-        return _run(_k_dw_plus_dw, 3, shape, xh, xl, yh, yl)
+def _dw_plus_dw_formula(
+    xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor
+) -> Comps:
+    """AccurateDWPlusDW (JMP17 Alg. 6), one fresh tensor per operation."""
     sh, sl = _two_sum(xh, yh)
     th, tl = _two_sum(xl, yl)
     c = sl + th
     vh, vl = _fast_two_sum(sh, c)
     w = tl + vl
     return _fast_two_sum(vh, w)
+
+
+# The formulas torch.compile may fuse into one loop.  Only sums: Inductor turns addcmul into
+# a separately rounded multiply and add (no FMA), so the product and quotient kernels would
+# not be bit-identical compiled; additions and subtractions are kept exactly (Inductor
+# compiles them with -fno-unsafe-math-optimizations -ffp-contract=off, pinned below, and does
+# no algebraic rewriting of float expressions), which tests/mc/test_kernels.py checks bit for
+# bit, and which fails with the unsafe-math flag on.
+_FUSABLE: dict[str, Callable[..., Comps]] = {
+    "dw_plus_fp": _dw_plus_fp_formula,
+    "dw_plus_dw": _dw_plus_dw_formula,
+}
+_FUSE_FAILED: set[tuple[str, torch.dtype]] = set()
+
+
+@functools.cache
+def _compiled(name: str) -> Callable[..., torch.Tensor]:
+    formula = _FUSABLE[name]
+
+    def body(*ins: torch.Tensor) -> torch.Tensor:
+        return torch.stack(formula(*ins))  # both components in one (2, n) allocation
+
+    # Own code object per kernel, so each has its own dynamo cache; 1-D inputs of any length
+    # share one compiled loop (dynamic size): one compile per kernel, dtype and thread count.
+    # The float flags are pinned, whatever TORCHINDUCTOR_* variables the user has set:
+    # reassociation or contraction would make the error terms vanish.
+    options: dict[str, str | int | bool | Callable[..., Any]] = {
+        "cpp.enable_unsafe_math_opt_flag": False,
+        "cpp.enable_floating_point_contract_flag": "off",
+    }
+    return torch.compile(own_code(body), dynamic=True, fullgraph=True, options=options)
+
+
+def _fused(name: str, shape: torch.Size, *ins: torch.Tensor) -> Comps | None:
+    """Run formula `name` as one compiled loop, or return None when the eager kernel applies.
+
+    Used on the CPU for same-shape contiguous float32/float64 operands when
+    ``anynum.kernels.use_fused`` allows it (``ANYNUM_COMPILE``: ``0`` never, ``1`` always,
+    default from ``ANYNUM_COMPILE_MIN`` = 262144 elements up).  The 20 passes of
+    AccurateDWPlusDW then become one pass over memory: 2-3x a native float64 add instead of
+    ~7x for the eager blocked kernel (docs/mc.md, Speed); the bits are the same.
+    """
+    x0 = ins[0]
+    key = (name, x0.dtype)
+    if (
+        key in _FUSE_FAILED
+        or x0.device.type != "cpu"
+        or not use_fused(x0, None)
+        or not all(t.shape == shape and t.is_contiguous() for t in ins)
+    ):
+        return None
+    try:
+        out = _compiled(name)(*(t.view(-1) for t in ins))
+    except Exception as exc:  # no C++ compiler, unsupported platform, ...
+        _FUSE_FAILED.add(key)
+        warnings.warn(
+            f"anynum.mc: torch.compile failed for {name} ({type(exc).__name__}: {exc}); "
+            "using the eager kernels (set ANYNUM_COMPILE=0 to silence).",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+    zh, zl = out.reshape(2, *shape).unbind(0)
+    return zh, zl
+
+
+def dw_plus_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
+    shape = _pooled(xh, xl, y)
+    if shape is not None and xh.dtype in _NATIVE:
+        return _fused("dw_plus_fp", shape, xh, xl, y) or _run(_k_dw_plus_fp, 3, shape, xh, xl, y)
+    return _dw_plus_fp_formula(xh, xl, y)
+
+
+def dw_plus_dw(xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor) -> Comps:
+    shape = _pooled(xh, xl, yh, yl)
+    if shape is not None and xh.dtype in _NATIVE:
+        return _fused("dw_plus_dw", shape, xh, xl, yh, yl) or _run(
+            _k_dw_plus_dw, 3, shape, xh, xl, yh, yl
+        )
+    return _dw_plus_dw_formula(xh, xl, yh, yl)
 
 
 def dw_times_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor, *, use_fma: bool) -> Comps:
