@@ -14,6 +14,10 @@ from torch import nn
 import anynum as an
 from anynum.distributed import quantized_comm_hook
 
+# Eager kernels: in auto mode, training loops here would reach ANYNUM_COMPILE_MIN elements per
+# kernel and compile it (routing: tests/nn/test_quantizer.py; fused = eager: tests/kernels).
+pytestmark = pytest.mark.usefixtures("eager_only")
+
 STEPS = 4
 
 

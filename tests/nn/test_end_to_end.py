@@ -16,6 +16,10 @@ import anynum as an
 
 pytest.importorskip("sklearn")
 
+# Eager kernels: in auto mode, training loops here would reach ANYNUM_COMPILE_MIN elements per
+# kernel and compile it (routing: tests/nn/test_quantizer.py; fused = eager: tests/kernels).
+pytestmark = pytest.mark.usefixtures("eager_only")
+
 EPOCHS = 10
 BATCH = 32
 

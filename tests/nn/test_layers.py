@@ -8,6 +8,10 @@ from torch import nn
 
 import anynum as an
 
+# Eager kernels: in auto mode, training loops here would reach ANYNUM_COMPILE_MIN elements per
+# kernel and compile it (routing: tests/nn/test_quantizer.py; fused = eager: tests/kernels).
+pytestmark = pytest.mark.usefixtures("eager_only")
+
 
 def on_grid(t: torch.Tensor, dtype: torch.dtype) -> bool:
     t = t.detach()

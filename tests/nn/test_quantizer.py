@@ -2,11 +2,43 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 import anynum as an
+from anynum.kernels import round_to_format
 from anynum.nn.quantizer import Rounder
+
+quantizer_module = sys.modules["anynum.nn.quantizer"]  # `anynum.nn.quantizer` is also a function
+_SPECIALS = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 1e-30, 2.0**-140]
+
+
+def _probe(dtype: torch.dtype, transposed: bool) -> torch.Tensor:
+    """Random values over many binades plus special values; optionally a non-contiguous view."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(24, 40, generator=g, dtype=torch.float64) * torch.exp2(
+        torch.randint(-20, 20, (24, 40), generator=g).to(torch.float64)
+    )
+    x.view(-1)[: len(_SPECIALS)] = torch.tensor(_SPECIALS, dtype=torch.float64)
+    x = x.to(dtype)
+    return x.t() if transposed else x
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values, NaN where the other has NaN, and the same signs of zero."""
+    equal = (a == b) | (a.isnan() & b.isnan())
+    return a.shape == b.shape and bool(equal.all()) and torch.equal(torch.signbit(a), torch.signbit(b))
+
+
+def _reference(rounder: Rounder, x: torch.Tensor) -> torch.Tensor:
+    """`anynum.quantize` fed with a copy of the rounder's generator, taken before the call."""
+    gen = None
+    if rounder.mode.is_stochastic:
+        gen = torch.Generator().manual_seed(0)
+        gen.set_state(rounder.generator(x.device).get_state())
+    return an.quantize(x, rounder.fmt, rounder.mode, overflow=rounder.overflow, generator=gen)
 
 
 def test_quantizer_forward_and_backward_match_torch_casts():
@@ -82,3 +114,61 @@ def test_bad_arguments_raise_anynum_errors():
 def test_top_level_export():
     assert an.Quantizer is an.nn.Quantizer
     assert "Quantizer" in an.__all__
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rounding", "overflow", "dtype"),
+    [
+        ("e4m3fn", "nearest", None, torch.float32),  # torch's native cast
+        ("bf16", "nearest", None, torch.float32),
+        ("e4m3fn", "nearest", None, torch.float64),  # same format, eager kernel
+        ("e5m2", "sr", None, torch.float32),
+        ("bf16", "sr", None, torch.bfloat16),
+        ("e2m1", "rz", "saturate", torch.float32),
+        ("posit(8,1)", "sr_uniform", None, torch.float32),
+        ("fixed(8,4)", "rna", "wrap", torch.float64),
+    ],
+)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_rounder_equals_the_quantize_front_door(fmt, rounding, overflow, dtype, transposed):
+    r = Rounder(fmt, rounding, overflow, seed=11)
+    for _ in range(2):  # the second call checks that the stream advanced as quantize's would
+        x = _probe(dtype, transposed)
+        expected = _reference(r, x)
+        got = r(x)
+        assert got.dtype == x.dtype
+        assert _same(got, expected)
+
+
+def test_warm_kernels_switch_to_the_compiled_path_with_identical_results(monkeypatch):
+    """Once a kernel has rounded ANYNUM_COMPILE_MIN elements, calls go through `fused_round`, flattened.
+
+    `fused_round` is replaced by a recorder running the eager kernel (the fused kernel's equality
+    with it is tested in tests/kernels), so this checks the routing, flattening and random stream.
+    """
+    monkeypatch.delenv("ANYNUM_COMPILE", raising=False)  # "auto"
+    monkeypatch.setenv("ANYNUM_COMPILE_MIN", "2000")
+    monkeypatch.setattr(quantizer_module, "_eager_elements", {})
+    seen: list[tuple[int, ...]] = []
+
+    def recorder(fmt, x, mode, overflow, rng, rand_bits, out=None):
+        seen.append(tuple(x.shape))
+        return round_to_format(fmt, x, mode, overflow, rng, rand_bits)
+
+    monkeypatch.setattr(quantizer_module, "fused_round", recorder)
+    sr = Rounder("e5m2", "sr", seed=4)
+    native = Rounder("e4m3fn")  # a torch cast is used whatever the count
+    blocked = Rounder(an.Block(an.E2M1, 8), "sr", seed=5)  # shape-dependent: never flattened
+    for call in range(4):
+        x = _probe(torch.float32, transposed=True)  # 960 elements, non-contiguous
+        expected = _reference(sr, x)
+        got = sr(x)
+        assert _same(got, expected)
+        assert _same(native(x), x.to(torch.float8_e4m3fn).float())
+        expected = _reference(blocked, x)
+        assert _same(blocked(x), expected)
+        # Three eager calls count 2880 >= 2000 elements: the fourth is the first compiled one.
+        assert seen == ([(960,)] if call == 3 else [])
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")
+    sr(_probe(torch.float32, transposed=False))
+    assert len(seen) == 1

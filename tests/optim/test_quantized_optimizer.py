@@ -10,6 +10,10 @@ from torch import nn
 
 import anynum as an
 
+# Eager kernels: in auto mode, training loops here would reach ANYNUM_COMPILE_MIN elements per
+# kernel and compile it (routing: tests/nn/test_quantizer.py; fused = eager: tests/kernels).
+pytestmark = pytest.mark.usefixtures("eager_only")
+
 bf16 = lambda t: t.bfloat16().float()  # noqa: E731
 e5m2 = lambda t: t.to(torch.float8_e5m2).float()  # noqa: E731
 fp16 = lambda t: t.half().float()  # noqa: E731
@@ -205,3 +209,31 @@ def test_wrapping_a_non_optimizer_and_bad_scales_raise():
         an.optim.QuantizedOptimizer(torch.optim.SGD(w, lr=0.1), grad_scale=-1.0)
     with pytest.raises(an.AnynumError, match="categories"):
         an.optim.QuantizedSGD(w, lr=0.1, formats={"velocity": "bf16"})
+
+
+def test_round_in_place_rounds_one_concatenated_stream_whatever_the_layout():
+    """Mixed shapes, a transposed and a channels-last tensor, stochastic rounding: every tensor gets
+    the values of one quantize call over the row-major concatenation (one random stream)."""
+    from anynum.nn.quantizer import Rounder
+    from anynum.optim.optimizer import round_in_place
+
+    g = torch.Generator().manual_seed(1)
+    tensors = [
+        torch.randn(5, 7, generator=g).t(),  # non-contiguous
+        torch.randn(2, 3, 4, 4, generator=g).to(memory_format=torch.channels_last),
+        torch.randn(9, generator=g),
+        torch.randn(0, generator=g),  # empty: skipped
+        torch.randn(3, 1, generator=g, dtype=torch.float64),  # its own group (dtype)
+    ]
+    rounder = Rounder("e4m3fn", "sr", seed=3)
+    state = torch.Generator()
+    state.set_state(rounder.generator(torch.device("cpu")).get_state())
+    flat = torch.cat([t.reshape(-1) for t in tensors[:3]])
+    expected = an.quantize(flat, "e4m3fn", "sr", generator=state).split([t.numel() for t in tensors[:3]])
+    expected_f64 = an.quantize(tensors[4], "e4m3fn", "sr", generator=state)
+    strides = [t.stride() for t in tensors]
+    round_in_place(tensors, rounder)
+    for t, e in zip(tensors[:3], expected):
+        assert torch.equal(t.reshape(-1), e)
+    assert torch.equal(tensors[4], expected_f64)
+    assert [t.stride() for t in tensors] == strides  # rounded in place, layout kept

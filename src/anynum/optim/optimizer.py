@@ -39,12 +39,10 @@ def round_in_place(tensors: list[torch.Tensor], rounder: Rounder) -> None:
         if len(ts) == 1:
             ts[0].copy_(rounder(ts[0]))
             continue
+        # One rounding call (and, for stochastic modes, one random stream) over the concatenation.
         flat = rounder(torch.cat([t.reshape(-1) for t in ts]))
-        offset = 0
-        for t in ts:
-            n = t.numel()
-            t.copy_(flat[offset : offset + n].view_as(t))
-            offset += n
+        pieces = flat.split([t.numel() for t in ts])
+        torch._foreach_copy_(ts, [piece.view(t.shape) for piece, t in zip(pieces, ts)])
 
 
 class QuantizedOptimizer:
