@@ -33,6 +33,7 @@ from anynum.kernels.eager import round_to_format
 from anynum.rounding import RandomSource, Rounding, counter_bits
 
 __all__ = [
+    "compile_min",
     "compile_mode",
     "fused_decode",
     "fused_encode",
@@ -59,8 +60,12 @@ def use_fused(x: torch.Tensor, rng: RandomSource | None) -> bool:
         return False
     if mode == "1":
         return True
-    minimum = int(os.environ.get("ANYNUM_COMPILE_MIN", _DEFAULT_MIN_ELEMENTS))
-    return x.numel() >= minimum
+    return x.numel() >= compile_min()
+
+
+def compile_min() -> int:
+    """The size from which "auto" compiles: ``ANYNUM_COMPILE_MIN`` elements (default 262144)."""
+    return int(os.environ.get("ANYNUM_COMPILE_MIN", _DEFAULT_MIN_ELEMENTS))
 
 
 class _StreamZero(RandomSource):
@@ -82,11 +87,14 @@ class _StreamZero(RandomSource):
 def _kernel_body(
     fmt: Format, mode: Rounding, overflow: str, rand_bits: int | None, with_out: bool
 ) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    # Resolved here, not traced: tracing singledispatch fills its cache and costs a recompile.
+    kernel = round_to_format.dispatch(type(fmt))
+
     def body(
         x: torch.Tensor, base: torch.Tensor, out: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         rng = _StreamZero(base)
-        y = round_to_format(fmt, x, mode, overflow, rng, rand_bits)
+        y = kernel(fmt, x, mode, overflow, rng, rand_bits)
         # A float sum, not a bool any(): bool masks of int64 comparisons are slow in Inductor's loop.
         pending = rng.excess.sum() > 0 if rng.excess is not None else torch.zeros((), dtype=torch.bool)
         if out is not None:  # written inside the graph, so the fused loop stores straight into it

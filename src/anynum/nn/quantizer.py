@@ -17,7 +17,6 @@ rounding above all). ``ANYNUM_COMPILE=0`` keeps everything eager.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, Union
 
@@ -32,7 +31,7 @@ from anynum.formats.posit import Posit
 from anynum.formats.registry import format as lookup_format
 from anynum.formats.table import Table
 from anynum.kernels import compile_mode, fused_round, use_fused, working_dtype
-from anynum.kernels.fused import _DEFAULT_MIN_ELEMENTS
+from anynum.kernels.fused import compile_min
 from anynum.kernels.native import native_cast_dtype
 from anynum.quantize import _quantize_tensor, check_representable, quantize
 from anynum.rounding import Rounding, RoundingLike, make_random_source, parse_rounding
@@ -56,7 +55,7 @@ def _compiled_kernel_is_due(key: tuple[Any, ...], numel: int) -> bool:
     if numel < 2 or compile_mode() != "auto":  # "1": quantize compiles every call itself
         return False
     done = _eager_elements.get(key, 0)
-    if done >= int(os.environ.get("ANYNUM_COMPILE_MIN", _DEFAULT_MIN_ELEMENTS)):
+    if done >= compile_min():
         return True
     _eager_elements[key] = done + numel
     return False
