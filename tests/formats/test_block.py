@@ -189,6 +189,36 @@ def test_mxint8_is_symmetric() -> None:
         an.quantize(torch.ones(4, dtype=torch.float16), loose)
 
 
+@pytest.mark.parametrize(
+    ("fmt", "shape"),
+    [
+        (an.MXFP4_E2M1, (3, 70)),
+        (Block(an.E2M1, 5, axis=0), (13, 4)),
+        (Block(an.E4M3FN, 8, axis=None), (3, 7)),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize(("mode", "rand_bits"), [("sr", None), ("sr", 3), ("sr_uniform", None)])
+def test_stochastic_bits_are_addressed_by_the_padded_block_layout(
+    fmt: Block, shape: tuple[int, ...], mode: str, rand_bits: int | None
+) -> None:
+    """Element i of the row-major (..., blocks, block_size) layout (axis moved last, zero padded)
+    draws the random bits of index i: the same as the element format's own quantize of that layout."""
+    x = spread(math.prod(shape), seed=21).reshape(shape)
+    q = quantize_block(x, fmt, mode, seed=3, rand_bits=rand_bits)
+    size = fmt.block_size
+    moved = x.reshape(1, -1) if fmt.axis is None else x.movedim(fmt.axis, -1)
+    n = moved.shape[-1]
+    blocks = -(-n // size)
+    padded = torch.cat([moved, torch.zeros(*moved.shape[:-1], blocks * size - n)], dim=-1)
+    scales = q.scales.reshape(1, -1) if fmt.axis is None else q.scales.movedim(fmt.axis, -1)
+    quotient = padded.reshape(*moved.shape[:-1], blocks, size) / scales[..., None].float()
+    want = an.quantize(quotient, fmt.element, mode, seed=3, rand_bits=rand_bits)
+    want = want.reshape(*moved.shape[:-1], blocks * size)[..., :n].double()
+    got = q.elements.reshape(1, -1) if fmt.axis is None else q.elements.movedim(fmt.axis, -1)
+    assert torch.equal(got, want)
+
+
 # --- relations ---------------------------------------------------------------------------------------------
 
 

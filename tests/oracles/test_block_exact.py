@@ -151,6 +151,10 @@ def reference(x: np.ndarray, fmt: Block, mode: str) -> tuple[np.ndarray, np.ndar
             rs = [grid.round(v / scale, mode) for v in fr]
             out[sl] = [float(r * scale) for r in rs]  # exact: at most 53 significant bits
             elems[sl] = [float(r) for r in rs]
+            if not fmt.element.signed:  # negative inputs have no value on an unsigned grid
+                neg = np.asarray(block) < 0
+                out[sl] = np.where(neg, np.nan, out[sl])
+                elems[sl] = np.where(neg, np.nan, elems[sl])
     if fmt.axis is None:
         return out.reshape(x.shape), elems.reshape(x.shape)
     return np.moveaxis(out, -1, fmt.axis).reshape(x.shape), np.moveaxis(elems, -1, fmt.axis).reshape(x.shape)
@@ -201,6 +205,66 @@ def test_matches_exact_reference(case: int) -> None:
         np.testing.assert_array_equal(q.elements.numpy(), want_elems, err_msg=f"{fmt!r} {mode}")
         # float32 output: the exact value rounded once to nearest (exact for power-of-two scales)
         np.testing.assert_array_equal(q.values.numpy(), want.astype(np.float32), err_msg=f"{fmt!r} {mode}")
+        np.testing.assert_array_equal(an.quantize(x, fmt, mode).numpy(), q.values.numpy())
+
+
+def extreme_input(shape: tuple[int, ...], seed: int, dtype: torch.dtype) -> torch.Tensor:
+    """Magnitudes over the dtype's whole range, subnormals included, so that most blocks hold
+    elements far below their maximum (``x / scale`` underflows the working dtype) and some blocks
+    are all subnormal; short significands (many exact ties), zeros of both signs, one NaN and one inf.
+    """
+    g = torch.Generator().manual_seed(seed)
+    info = torch.finfo(dtype)
+    lo, hi = math.floor(math.log2(info.smallest_normal * info.eps)), math.floor(math.log2(info.max))
+    e = torch.randint(lo, hi, shape, generator=g).double()
+    m = 1 + torch.randint(0, 1 << 6, shape, generator=g).double() / 64
+    sign = torch.where(torch.rand(shape, generator=g) < 0.5, -1.0, 1.0)
+    x = (sign * m * torch.exp2(e)).to(dtype).reshape(-1)
+    x[torch.rand(x.shape, generator=g) < 0.05] = 0.0
+    x[3], x[4] = -0.0, info.smallest_normal * info.eps
+    x[40:60] = x[40:60] * 2.0**-60  # a run of subnormal / tiny values
+    x[65:96] = x[65:96] * 2.0**-100
+    x[64] = 448.0 * 2.0**42  # block maximum with E4M3FN's significand: ceil keeps the scale 2**42
+    tiny = torch.exp2(-torch.randint(8, 20, (32,), generator=g).double()) * info.smallest_normal
+    x[96:128] = (m.reshape(-1)[96:128] * tiny).to(dtype)  # a block of subnormals only
+    x[-7], x[-20] = math.nan, -math.inf
+    return x.reshape(shape)
+
+
+#: Every path of the kernel: exponents from the bits of amax or via floor_log2 (ceil with emax 0,
+#: a scale reaching below 2**(-127 - emax)), scale reciprocals from the bits, through ldexp (MXINT8)
+#: or none at all (division: 2**140 is no float32), the underflow repair skipped (nearest modes,
+#: signed grids) or kept (directed modes; an unsigned grid, where -tiny and -0 differ), scales
+#: computed by the "amax" rule on E8M0, axes that the block divides and axes padded.
+WIDE_SCALE = an.FloatFormat(8, 0, bias=140, subnormals=False, zero=False, signed=False, specials="fn")
+UNSIGNED_E4M3 = an.FloatFormat(4, 3, specials="fn", signed=False)
+EXTREME_CONFIGS = [
+    (an.MXFP8_E4M3, (6, 64)),
+    (an.MXFP4_E2M1, (5, 45)),
+    (an.MXINT8, (4, 64)),
+    (Block(an.E4M3FN, 32, scale_rule="ceil"), (4, 64)),
+    (Block(an.E2M1, 32, scale_rule="even", axis=0), (64, 3)),
+    (Block(an.FixedPoint(2, 6), 32, scale_rule="ceil"), (4, 70)),
+    (Block(an.E2M1, 32, scale=WIDE_SCALE), (4, 64)),
+    (Block(an.E2M1, 16, scale=an.E8M0, scale_rule="amax"), (4, 40)),
+    (Block(UNSIGNED_E4M3, 8), (4, 40)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", range(len(EXTREME_CONFIGS)), ids=lambda i: repr(EXTREME_CONFIGS[i][0]))
+def test_extreme_ranges_match_exact_reference(case: int, dtype: torch.dtype) -> None:
+    fmt, shape = EXTREME_CONFIGS[case]
+    x = extreme_input(shape, seed=100 + case, dtype=dtype)
+    for mode in DETERMINISTIC:
+        q = quantize_block(x, fmt, mode)
+        want, want_elems = reference(x.double().numpy(), fmt, mode)
+        np.testing.assert_array_equal(q.elements.numpy(), want_elems, err_msg=f"{fmt!r} {mode}")
+        np.testing.assert_array_equal(q.values.double().numpy(), want, err_msg=f"{fmt!r} {mode}")
+        # zeros carry x's sign where the element has -0 (Fractions have no signed zero)
+        zero = want == 0
+        want_sign = np.signbit(x.double().numpy()) & fmt.element.has_negative_zero
+        assert (np.signbit(q.values.double().numpy()) == want_sign)[zero].all(), f"{fmt!r} {mode}"
         np.testing.assert_array_equal(an.quantize(x, fmt, mode).numpy(), q.values.numpy())
 
 
