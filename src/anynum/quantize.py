@@ -19,7 +19,7 @@ from anynum.formats.block import Block
 from anynum.formats.fixed import IntFormat
 from anynum.formats.registry import format as lookup_format
 from anynum.kernels import fused_round, round_to_format, use_fused, working_dtype
-from anynum.kernels.arrays import is_dask_array, is_jax_array, quantize_dask, quantize_jax
+from anynum.kernels.arrays import is_dask_array, is_jax_array, is_jax_tracer, quantize_dask, quantize_jax
 from anynum.kernels.fused import fused_decode, fused_encode
 from anynum.kernels.native import native_cast_dtype
 from anynum.rounding import (
@@ -116,6 +116,16 @@ def check_representable(fmt: Format, dtype: torch.dtype) -> None:
     reachable = tiny >= info.smallest_normal * info.eps or not _on_grid(fmt, 0.0)
     if reachable and not _in_dtype(tiny, dtype):
         problems.append(f"its smallest positive value {tiny!r} is not a {dtype} value")
+    elif tiny < info.smallest_normal * info.eps and not isinstance(fmt, Block):
+        # Values below the dtype's resolution are unreachable only if tiny inputs can round to
+        # zero; posits (underflow="minpos") round the dtype's smallest value down to minpos.
+        sat = "saturate" if "saturate" in fmt.overflow_policies else fmt.default_overflow
+        x = torch.tensor([info.smallest_normal * info.eps], dtype=torch.float64)
+        lowest = float(round_to_format(fmt, x, Rounding.DOWN, sat, None, None)[0])
+        if lowest > 0 and not _in_dtype(lowest, dtype):
+            problems.append(
+                f"it rounds {dtype}'s smallest positive value down to {lowest!r}, not a {dtype} value"
+            )
     if problems:
         raise RepresentabilityError(
             f"{fmt.display_name()} cannot be held exactly in {dtype}: {'; '.join(problems)}. "
@@ -139,6 +149,19 @@ class _StraightThrough(torch.autograd.Function):
 
 
 # --- the front door -------------------------------------------------------------------------
+
+
+def _can_write_in_loop(x: torch.Tensor, out: torch.Tensor, mode: Rounding, rand_bits: int | None) -> bool:
+    """Whether the fused loop may store into `out` while it reads `x`.
+
+    Not when they overlap other than element for element (a shifted view would read
+    overwritten inputs), nor in place under exact stochastic rounding, whose rare
+    undecided elements are redone from the input on the eager path.
+    """
+    if out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr():
+        return True
+    same_view = out.data_ptr() == x.data_ptr() and out.stride() == x.stride()
+    return same_view and not (mode is Rounding.STOCHASTIC and rand_bits is None)
 
 
 def _quantize_tensor(
@@ -175,7 +198,7 @@ def _quantize_tensor(
                 return out.copy_(narrow)  # widens while it writes: no float32 temporary
             y = narrow.to(wdt)
         elif fused:
-            if out is not None and out.dtype == wdt:
+            if out is not None and out.dtype == wdt and _can_write_in_loop(xw, out, mode, rand_bits):
                 return fused_round(fmt, xw, mode, overflow, rng, rand_bits, out)
             y = fused_round(fmt, xw, mode, overflow, rng, rand_bits)
         else:
@@ -211,10 +234,22 @@ def _quantize_foreign(
             f"quantize needs a float16/bfloat16/float32/float64 {kind} array, got dtype {name}; "
             "convert it first, e.g. x.astype('float32')."
         )
+    if kind == "Dask" and isinstance(fmt, Block):
+        raise InputError(
+            "Block formats share scales across chunk borders and pad rows, so they are not applied "
+            "chunk by chunk; quantize x.compute() (or map_blocks over whole-block chunks yourself)."
+        )
+    traced_x, traced_key = is_jax_tracer(x), is_jax_tracer(generator)
+    if mode.is_stochastic and (traced_key or (traced_x and generator is None and seed is None)):
+        raise InputError(
+            "stochastic rounding under jax.jit/vmap needs a concrete seed= or PRNG key passed from "
+            "outside the traced function: a seed drawn while tracing would be reused on every call."
+        )
     if generator is not None and is_jax_array(generator):  # a JAX PRNG key: its bits are the seed
         import jax
 
-        words = [int(w) for w in np.asarray(jax.random.key_data(generator)).reshape(-1)]
+        with jax.ensure_compile_time_eval():  # a concrete key stays concrete inside jit
+            words = [int(w) for w in np.asarray(jax.random.key_data(generator)).reshape(-1)]
         generator, seed = None, sum(w << (32 * i) for i, w in enumerate(reversed(words))) & ((1 << 62) - 1)
     rng = make_random_source(generator, seed, torch.device("cpu")) if mode.is_stochastic else None
 
@@ -287,7 +322,11 @@ def quantize(
         if out is not None:
             if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype:
                 raise InputError("out= must be a NumPy array of the input's shape and dtype.")
-            if out.flags.c_contiguous and out.flags.writeable and out.ndim > 0:
+            overlaps = np.may_share_memory(out, arr) and not (
+                out.__array_interface__["data"][0] == arr.__array_interface__["data"][0]
+                and out.strides == arr.strides
+            )  # torch cannot see that two arrays share memory: a shifted view goes through a copy
+            if out.flags.c_contiguous and out.flags.writeable and out.ndim > 0 and not overlaps:
                 _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, torch.from_numpy(out))
             else:
                 np.copyto(out, _quantize_tensor(t, fmt, mode, policy, rng, rand_bits, None).numpy())
@@ -311,6 +350,11 @@ def encode(
     [56, 192, 126]
     """
     fmt = _as_format(fmt)
+    if is_jax_array(x) or is_dask_array(x):
+        raise InputError(
+            "encode takes torch tensors and NumPy arrays; convert first "
+            "(np.asarray(x), torch.from_dlpack(x) or x.compute())."
+        )
     y = quantize(x, fmt, rounding, **kwargs)
     t = y.detach() if isinstance(y, torch.Tensor) else torch.from_numpy(np.asarray(y))
     if isinstance(fmt, Block) or not use_fused(t, None):

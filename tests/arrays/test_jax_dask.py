@@ -117,3 +117,37 @@ def test_dask_unknown_chunk_sizes_raise(da):
     masked = x[x > 0]  # unknown chunk sizes
     with pytest.raises(an.AnynumError, match="compute_chunk_sizes"):
         an.quantize(masked, an.E5M2)
+
+
+def test_dask_bfloat16_zero_dim_and_block_formats(da):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = _data()
+    xb = x.astype(ml_dtypes.bfloat16)
+    got = an.quantize(da.from_array(xb, chunks=(3, 5)), an.E4M3FN).compute()
+    want = an.quantize(torch.from_numpy(xb.view(np.int16)).view(torch.bfloat16), an.E4M3FN)
+    np.testing.assert_array_equal(got.view(np.int16), want.view(torch.int16).numpy())
+    scalar = an.quantize(da.from_array(np.array(0.3)), an.POSIT8).compute()
+    assert scalar.shape == () and float(scalar) == float(an.quantize(np.array(0.3), an.POSIT8))
+    with pytest.raises(an.AnynumError, match="Block formats"):
+        an.quantize(da.from_array(x, chunks=5), an.MXFP8_E4M3)
+
+
+def test_encode_refuses_jax_and_dask_clearly(da, jax):
+    for arr in (da.ones(3), jax.numpy.ones(3)):
+        with pytest.raises(an.AnynumError, match="encode takes torch tensors and NumPy arrays"):
+            an.encode(arr, an.E4M3FN)
+
+
+def test_jax_vmap_and_stochastic_rounding_under_tracing(jax):
+    jnp = jax.numpy
+    x = jnp.asarray(_data((4, 9)))
+    rows = jax.vmap(lambda v: an.quantize(v, an.E4M3FN, "sr", seed=3))(x)
+    for i in range(4):  # each example is rounded as its own array
+        _bits_equal(np.asarray(rows[i]), np.asarray(an.quantize(x[i], an.E4M3FN, "sr", seed=3)))
+    with pytest.raises(an.AnynumError, match="concrete seed"):
+        jax.jit(lambda v: an.quantize(v, an.E4M3FN, "sr"))(x)
+    with pytest.raises(an.AnynumError, match="concrete seed"):
+        jax.jit(lambda v, k: an.quantize(v, an.E4M3FN, "sr", generator=k))(x, jax.random.key(0))
+    key = jax.random.key(1)  # a concrete key closed over is fine, and fixed like seed=
+    a = jax.jit(lambda v: an.quantize(v, an.E4M3FN, "sr", generator=key))(x)
+    _bits_equal(np.asarray(a), np.asarray(an.quantize(x, an.E4M3FN, "sr", generator=key)))

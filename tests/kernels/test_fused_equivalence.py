@@ -208,3 +208,21 @@ def test_encode_nan_without_a_code_raises_on_the_compiled_path(monkeypatch: pyte
     monkeypatch.setenv("ANYNUM_COMPILE", "0")
     with pytest.raises(an.AnynumError, match="no NaN code"):
         an.encode(torch.tensor([1.0, math.nan]), an.E2M1)
+
+
+def test_out_overlapping_the_input_is_not_written_while_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shifted view as out= (NumPy or torch) and in-place exact SR take the safe route."""
+    import numpy as np
+
+    monkeypatch.setenv("ANYNUM_COMPILE", "1")
+    base = _inputs(torch.float32).contiguous()[:4000].clone()
+    want = an.quantize(base.clone(), an.E5M2)
+    buf = torch.cat([base, torch.zeros(1)])
+    an.quantize(buf[:-1], an.E5M2, out=buf[1:])
+    assert _same(buf[1:], want)
+    nbuf = np.concatenate([base.numpy(), np.zeros(1, dtype=np.float32)])
+    an.quantize(nbuf[:-1], an.E5M2, out=nbuf[1:])
+    assert _same(torch.from_numpy(nbuf[1:]), want)
+    inplace = base.clone()
+    an.quantize(inplace, an.E5M2, "sr", seed=4, out=inplace)
+    assert _same(inplace, an.quantize(base, an.E5M2, "sr", seed=4))

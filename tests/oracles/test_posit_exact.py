@@ -476,3 +476,31 @@ def test_stochastic_never_zero_or_nar(mode):
     y = an.quantize(x, fmt, mode, seed=0)
     assert torch.all(y != 0) and torch.all(torch.isfinite(y))
     assert torch.all(torch.abs(y) <= fmt.max) and torch.all(torch.abs(y) >= fmt.smallest_normal)
+
+
+@pytest.mark.parametrize("r", [3, 31, 32, 40, 52])
+@pytest.mark.parametrize(
+    "n,es,underflow", [(8, 0, "minpos"), (16, 1, "zero"), (32, 2, "zero"), (8, 2, "zero")]
+)
+def test_float32_inputs_draw_like_float64_inputs(n, es, underflow, r):
+    """The same seed gives the same decisions whether a float32 value arrives as float32 (int32 bit
+    arithmetic) or as float64: rand_bits beyond 31 and float32 subnormals below minpos included."""
+    rng = np.random.default_rng(r + n)
+    top = (n - 2) << es
+    e = rng.integers(max(-top - 12, -149), min(top + 2, 127), 3000)
+    x32 = np.ldexp(1.0 + rng.random(e.size), e).astype(np.float32)
+    x32[:40] = np.float32(2.0**-149) * np.arange(1, 41, dtype=np.float32)  # subnormals
+    x32[40:80] = np.float32(1.0 + 0.75 * 2.0**-5)
+    fmt = an.Posit(n, es, underflow=underflow)
+    for kwargs in ({"rand_bits": r}, {}):
+        a = an.quantize(torch.from_numpy(x32), fmt, "sr", seed=5, **kwargs).numpy()
+        b = an.quantize(torch.from_numpy(x32.astype(np.float64)), fmt, "sr", seed=5, **kwargs).numpy()
+        np.testing.assert_array_equal(a.astype(np.float64), b, err_msg=f"{kwargs}")
+
+
+def test_unreachable_tiny_values_are_refused():
+    """Rounding float32's smallest values down on posit(6,5) scaled by 2**-40 gives minpos 2**-168,
+    which float32 cannot hold: quantize refuses instead of flushing to 0."""
+    with pytest.raises(an.AnynumError, match="rounds"):
+        an.quantize(torch.tensor([1e-45]), an.Posit(6, 5, scale_exp=40), "rz")
+    an.quantize(torch.tensor([1e-45], dtype=torch.float64), an.Posit(6, 5, scale_exp=40), "rz")

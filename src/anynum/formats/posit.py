@@ -125,9 +125,10 @@ class PositSplit:
         the first ``rand_bits`` dropped bits of the posit bit string.
         """
         r = int(rand_bits)
-        up = torch.clamp(r - self.dropped_len, 0, 62)
-        down = torch.clamp(self.dropped_len - r, 0, 62)
-        kept = torch.bitwise_right_shift(torch.bitwise_left_shift(self.dropped, up), down)
+        dropped, length = self.dropped.to(torch.int64), self.dropped_len.to(torch.int64)  # r may exceed 31
+        up = torch.clamp(r - length, 0, 62)
+        down = torch.clamp(length - r, 0, 62)
+        kept = torch.bitwise_right_shift(torch.bitwise_left_shift(dropped, up), down)
         return kept.to(torch.float64) * 2.0**-r
 
 
@@ -292,9 +293,10 @@ class Posit(Format):
         n, es = self.n, self.es
         lay = layout(a.dtype)
         man = lay.man_bits
-        if self.emin - (1 << es) < lay.emin:
-            # The tie point below minpos may be subnormal in the working type: lift
-            # subnormal inputs so their exponent and fraction read correctly.
+        if self.emin - (1 << es) < lay.emin or self.underflow == "zero":
+            # The tie point below minpos may be subnormal in the working type, and with
+            # underflow="zero" the dropped bits of any tiny input matter (hardware SR):
+            # lift subnormal inputs so their exponent and fraction read correctly.
             lift = man + 2
             tiny = a < 2.0**lay.emin
             a = torch.where(tiny, a * 2.0**lift, a)

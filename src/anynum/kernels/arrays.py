@@ -24,7 +24,14 @@ import torch
 from anynum.errors import InputError
 from anynum.rounding import RandomSource
 
-__all__ = ["GlobalIndexRandom", "is_dask_array", "is_jax_array", "quantize_dask", "quantize_jax"]
+__all__ = [
+    "GlobalIndexRandom",
+    "is_dask_array",
+    "is_jax_array",
+    "is_jax_tracer",
+    "quantize_dask",
+    "quantize_jax",
+]
 
 QuantizeTorch = Callable[[torch.Tensor, RandomSource | None], torch.Tensor]
 
@@ -32,6 +39,15 @@ QuantizeTorch = Callable[[torch.Tensor, RandomSource | None], torch.Tensor]
 def is_jax_array(x: Any) -> bool:
     """True for a jax.Array (or tracer) without importing jax."""
     return type(x).__module__.split(".")[0] in ("jax", "jaxlib")
+
+
+def is_jax_tracer(x: Any) -> bool:
+    """True for an abstract JAX value (inside jit, vmap, grad, ...)."""
+    if not is_jax_array(x):
+        return False
+    import jax
+
+    return isinstance(x, jax.core.Tracer)
 
 
 def is_dask_array(x: Any) -> bool:
@@ -64,22 +80,29 @@ class GlobalIndexRandom(RandomSource):
         return self.base.bits_at(glob, nbits, stream)
 
 
+def _run_numpy(a: np.ndarray, run: QuantizeTorch, rng: RandomSource | None) -> np.ndarray:
+    """`run` on a NumPy array, bfloat16 (ml_dtypes) included, returning the same dtype and shape."""
+    a = np.array(a, copy=True, order="C")  # writable and contiguous; keeps 0-d arrays 0-d
+    if a.dtype.name == "bfloat16":  # NumPy has no bfloat16: cross through its bits
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return run(t, rng).view(torch.int16).numpy().view(a.dtype)
+    return run(torch.from_numpy(a), rng).numpy()
+
+
 def quantize_jax(x: Any, run: QuantizeTorch, rng: RandomSource | None) -> Any:
     """`run` (a torch quantizer) applied to jax array `x`; see the module docstring."""
     import jax
     import jax.numpy as jnp
 
     def host(a: np.ndarray) -> np.ndarray:
-        a = np.array(a, copy=True)  # callback buffers are read-only; torch wants writable memory
-        if a.dtype == jnp.bfloat16:  # NumPy has no bfloat16: go through its bits
-            t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-            return run(t, rng).view(torch.int16).numpy().view(a.dtype)
-        return run(torch.from_numpy(a), rng).numpy()
+        return _run_numpy(a, run, rng)
 
     @jax.custom_jvp
     def q(a: Any) -> Any:
         if isinstance(a, jax.core.Tracer):
-            return jax.pure_callback(host, jax.ShapeDtypeStruct(a.shape, a.dtype), a)
+            # "sequential": under vmap each example is rounded as its own array (its own indices).
+            spec = jax.ShapeDtypeStruct(a.shape, a.dtype)
+            return jax.pure_callback(host, spec, a, vmap_method="sequential")
         t = torch.from_dlpack(a)
         return jnp.from_dlpack(run(t, rng).contiguous())
 
@@ -104,6 +127,6 @@ def quantize_dask(x: Any, run: QuantizeTorch, rng: RandomSource | None) -> Any:
         if rng is not None and block_info is not None:
             start = tuple(int(lo) for lo, _ in block_info[0]["array-location"])
             block_rng = GlobalIndexRandom(rng, start, tuple(b.shape), full_shape)
-        return run(torch.from_numpy(np.ascontiguousarray(b)), block_rng).numpy()
+        return _run_numpy(b, run, block_rng)
 
     return x.map_blocks(block, dtype=x.dtype)
