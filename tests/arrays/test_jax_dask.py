@@ -151,3 +151,13 @@ def test_jax_vmap_and_stochastic_rounding_under_tracing(jax):
     key = jax.random.key(1)  # a concrete key closed over is fine, and fixed like seed=
     a = jax.jit(lambda v: an.quantize(v, an.E4M3FN, "sr", generator=key))(x)
     _bits_equal(np.asarray(a), np.asarray(an.quantize(x, an.E4M3FN, "sr", generator=key)))
+
+
+def test_dask_threads_share_the_compiled_kernel_safely(da, monkeypatch):
+    """Dask's threaded scheduler runs chunks concurrently; compiled calls are serialised."""
+    monkeypatch.setenv("ANYNUM_COMPILE", "1")
+    x = _data((8, 5000), seed=3)
+    lazy = an.quantize(da.from_array(x, chunks=(1, 5000)), an.Posit(12, 1), "rz")  # a compiled kernel
+    got = lazy.compute(scheduler="threads", num_workers=4)
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")
+    _bits_equal(got, an.quantize(x, an.Posit(12, 1), "rz"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import types
 import warnings
 from collections.abc import Callable
@@ -45,6 +46,9 @@ __all__ = [
 
 _DEFAULT_MIN_ELEMENTS = 1 << 18
 _failed: set[tuple[object, ...]] = set()
+# Dynamo is not thread-safe (Dask's threaded scheduler, user threads): one compiled call at a time.
+# The kernels parallelise internally, so little is lost.
+_compile_lock = threading.RLock()
 
 
 def compile_mode() -> str:
@@ -168,7 +172,8 @@ def fused_round(
         base = torch.tensor(base_value, dtype=torch.int64, device=x.device)
         kernel = _compiled(fmt, mode, overflow, rand_bits, x.dtype, out is not None)
         try:
-            y, pending = kernel(x, base, out) if out is not None else kernel(x, base)
+            with _compile_lock:
+                y, pending = kernel(x, base, out) if out is not None else kernel(x, base)
         except Exception as exc:
             _failed.add(key)
             warnings.warn(
@@ -216,7 +221,8 @@ def _fused_codec(fmt: Format, encode: bool, t: torch.Tensor) -> torch.Tensor:
     if key in _failed:
         return eager(t)
     try:
-        return _compiled_codec(fmt, encode, t.dtype)(t)
+        with _compile_lock:
+            return _compiled_codec(fmt, encode, t.dtype)(t)
     except Exception as exc:
         _failed.add(key)
         warnings.warn(
