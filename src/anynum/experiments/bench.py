@@ -62,6 +62,9 @@ def _float_cases(x: torch.Tensor, out: torch.Tensor, notes: list[str]) -> list[C
     xn = x.numpy()
     qtorch_quant = _optional("qtorch.quant")
     pychop = _torch_pychop()
+    if pychop is not None and not hasattr(pychop, "LightChop"):
+        version = getattr(pychop, "__version__", "?")
+        notes.append(f"pychop {version}: Chop is the class the Pychop paper calls LightChop")
     ml_dtypes = _optional("ml_dtypes")
     outn = np.empty_like(xn)
     gfloat = _optional("gfloat")
