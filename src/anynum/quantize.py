@@ -21,7 +21,7 @@ from anynum.formats.registry import format as lookup_format
 from anynum.kernels import fused_round, round_to_format, use_fused, working_dtype
 from anynum.kernels.arrays import is_dask_array, is_jax_array, is_jax_tracer, quantize_dask, quantize_jax
 from anynum.kernels.fused import fused_decode, fused_encode
-from anynum.kernels.native import native_cast_dtype
+from anynum.kernels.native import native_cast_dtype, native_round_trip
 from anynum.rounding import (
     RandomSource,
     Rounding,
@@ -193,10 +193,9 @@ def _quantize_tensor(
         fused = use_fused(xw, rng)
         # torch's float8 casts are slower than our fused kernel; its fp16/bf16 casts are not.
         if native is not None and (not fused or native in (torch.float16, torch.bfloat16)):
-            narrow = xw.to(native)
             if out is not None and out.dtype == wdt:
-                return out.copy_(narrow)  # widens while it writes: no float32 temporary
-            y = narrow.to(wdt)
+                return native_round_trip(xw, native, out)  # widens while it writes: no temporary
+            y = native_round_trip(xw, native)
         elif fused:
             if out is not None and out.dtype == wdt and _can_write_in_loop(xw, out, mode, rand_bits):
                 return fused_round(fmt, xw, mode, overflow, rng, rand_bits, out)

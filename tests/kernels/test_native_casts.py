@@ -84,3 +84,20 @@ def test_shortcut_not_used_where_it_would_differ() -> None:
     assert an.quantize(torch.tensor([1e6]), an.FP16, overflow="saturate").item() == 65504.0
     x = torch.tensor([1 + 2.0**-11 + 2.0**-40], dtype=torch.float64)
     assert an.quantize(x, an.FP16).item() == 1 + 2.0**-10
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"])
+def test_float8_table_widening_equals_torch(name: str) -> None:
+    from anynum.kernels.native import native_round_trip
+
+    dtype = getattr(torch, name, None)
+    if dtype is None:
+        pytest.skip(f"torch has no {name}")
+    x = _probe()
+    want = x.to(dtype).to(torch.float32)
+    assert _bits_equal(native_round_trip(x, dtype), want)
+    out = torch.empty_like(x)
+    assert native_round_trip(x, dtype, out) is out and _bits_equal(out, want)
+    strided = torch.empty(x.numel(), 2)[:, 0]
+    native_round_trip(x, dtype, strided)
+    assert _bits_equal(strided, want)

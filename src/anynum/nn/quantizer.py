@@ -32,7 +32,7 @@ from anynum.formats.registry import format as lookup_format
 from anynum.formats.table import Table
 from anynum.kernels import compile_mode, fused_round, use_fused, working_dtype
 from anynum.kernels.fused import compile_min
-from anynum.kernels.native import native_cast_dtype
+from anynum.kernels.native import native_cast_dtype, native_round_trip
 from anynum.quantize import _quantize_tensor, check_representable, quantize
 from anynum.rounding import Rounding, RoundingLike, make_random_source, parse_rounding
 
@@ -158,7 +158,7 @@ class Rounder:
         fmt, mode, overflow = self.fmt, self.mode, self.overflow
         native = native_cast_dtype(fmt, mode, overflow, x)
         if native is not None and not use_fused(x, None):
-            return x.to(native).to(x.dtype)
+            return native_round_trip(x, native)
         # The generator hands out one fresh seed per call, so successive calls are independent.
         rng = make_random_source(self.generator(x.device), None, x.device) if mode.is_stochastic else None
         key = (fmt, mode, overflow, self.rand_bits, x.dtype, x.device.type)
