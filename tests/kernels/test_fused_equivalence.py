@@ -226,3 +226,23 @@ def test_out_overlapping_the_input_is_not_written_while_read(monkeypatch: pytest
     inplace = base.clone()
     an.quantize(inplace, an.E5M2, "sr", seed=4, out=inplace)
     assert _same(inplace, an.quantize(base, an.E5M2, "sr", seed=4))
+
+
+def test_a_failed_compile_warns_once_and_quantize_stays_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    from anynum.kernels import fused
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(fused, "_failed", set())
+    monkeypatch.setattr(fused, "_compiled", broken)
+    monkeypatch.setenv("ANYNUM_COMPILE", "1")
+    x = _inputs(torch.float32)
+    ref = round_to_format(an.E2M1, x, Rounding.NEAREST_EVEN, "saturate", None, None)
+    with pytest.warns(RuntimeWarning, match="no compiler here"):
+        assert _same(an.quantize(x, an.E2M1), ref)
+    with warnings.catch_warnings():  # remembered: no second warning
+        warnings.simplefilter("error")
+        assert _same(an.quantize(x, an.E2M1), ref)

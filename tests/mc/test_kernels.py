@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from anynum import mc
+from anynum.kernels import fused
 from anynum.mc import arith
 
 
@@ -210,7 +211,7 @@ def _eager_kernel_called(*args, **kwargs):
 def test_compiled_additions_bit_identical(dtype, monkeypatch):
     """With ANYNUM_COMPILE=1 the sums run as one torch.compile'd loop: same bits as the formulas."""
     monkeypatch.setenv("ANYNUM_COMPILE", "1")
-    monkeypatch.setattr(arith, "_FUSE_FAILED", set())
+    monkeypatch.setattr(fused, "_failed", set())
     monkeypatch.setattr(arith, "_run", _eager_kernel_called)
     for kind in KINDS:
         for shape in [(301, 419), (2**15 + 3,)]:
@@ -229,7 +230,7 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
         raise RuntimeError("no compiler")
 
     monkeypatch.setenv("ANYNUM_COMPILE", "1")
-    monkeypatch.setattr(arith, "_FUSE_FAILED", set())
+    monkeypatch.setattr(fused, "_failed", set())
     monkeypatch.setattr(arith, "_compiled", broken)
     xh, xl, yh, yl = _operands("random", torch.float32, (200, 200), seed=3)
     with torch.no_grad(), pytest.warns(RuntimeWarning, match="no compiler"):

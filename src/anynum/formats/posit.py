@@ -62,7 +62,7 @@ class PositSplit:
             the bits kept after the regime, the bits dropped from z (negative:
             none, and -p zero bits appended) and z's kept bits (see `Posit._split`).
         parity: the last bit of the lower neighbour's code (bool).
-        dropped, dropped_len: frac_code = dropped / 2**dropped_len (int64 tensors;
+        dropped, dropped_len: frac_code = dropped / 2**dropped_len (int32 or int64, as the input;
             dropped_len may exceed 63 far below minpos, where only its size matters).
         uniform: bool, the cut falls in the fraction bits (the neighbours are one
             uniform grid step apart and the value-space position equals frac_code).
@@ -78,7 +78,6 @@ class PositSplit:
     parity: torch.Tensor
     dropped: torch.Tensor
     dropped_len: torch.Tensor
-    half: torch.Tensor
     uniform: torch.Tensor
     over: torch.Tensor
     under: torch.Tensor
@@ -101,8 +100,11 @@ class PositSplit:
         One of 0, 1/4, 1/2, 3/4 (exact, below the tie, the tie, above the tie), in
         the dtype of ``lo``.
         """
-        cls = torch.where(self.dropped > self.half, 0.75, 0.25)
-        cls = torch.where(self.dropped == self.half, 0.5, cls)
+        top = 8 * self.dropped.element_size() - 2  # far below minpos only its size matters
+        shift = torch.clamp(self.dropped_len - 1, 0, top)
+        half = torch.where(self.dropped_len > 0, torch.ones_like(self.dropped) << shift, 0)
+        cls = torch.where(self.dropped > half, 0.75, 0.25)
+        cls = torch.where(self.dropped == half, 0.5, cls)
         return torch.where(self.dropped == 0, 0.0, cls).to(self.lo.dtype)
 
     def value_position(self, a: torch.Tensor) -> torch.Tensor:
@@ -327,11 +329,9 @@ class Posit(Format):
         depth = -k - (n - 2)  # >= 1 below minpos
         dropped = torch.where(under, (1 << (es + man)) + z, torch.where(over, 0, dropped))
         dropped_len = torch.where(under, es + man + depth, pc)
-        top = 8 * z.element_size() - 2  # the highest shift that keeps 1 << top positive
-        half = torch.where(under, torch.ones_like(z) << torch.clamp(dropped_len - 1, max=top), step >> 1)
         uniform = (p <= man) & ~under & ~over
         return PositSplit(
-            kc, m, p, kept, parity & ~under, dropped, dropped_len, half, uniform, over, under, lo, hi
+            kc, m, p, kept, parity & ~under, dropped, dropped_len, uniform, over, under, lo, hi
         )
 
     def _decode_magnitude(self, c: torch.Tensor) -> torch.Tensor:

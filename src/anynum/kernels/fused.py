@@ -24,8 +24,8 @@ import os
 import threading
 import types
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 import torch
 
@@ -40,15 +40,14 @@ __all__ = [
     "fused_encode",
     "fused_round",
     "own_code",
+    "run_compiled",
     "static_ints",
     "use_fused",
 ]
 
 _DEFAULT_MIN_ELEMENTS = 1 << 18
-_failed: set[tuple[object, ...]] = set()
-# Dynamo is not thread-safe (Dask's threaded scheduler, user threads): one compiled call at a time.
-# The kernels parallelise internally, so little is lost.
-_compile_lock = threading.RLock()
+_failed: set[Hashable] = set()  # compiled kernels that failed: their callers stay eager
+_compile_lock = threading.RLock()  # see `run_compiled`
 
 
 def compile_mode() -> str:
@@ -152,6 +151,33 @@ def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
     )
 
 
+T = TypeVar("T")
+
+
+def run_compiled(key: Hashable, what: str, call: Callable[[], T]) -> T | None:
+    """``call()`` (a compiled function), or None if compiling `key` fails, now or before.
+
+    The first failure warns (naming `what`) and is remembered, so the caller's eager
+    path takes over quietly from then on. Calls are serialised: dynamo is not
+    thread-safe (Dask's threaded scheduler, user threads), and the kernels
+    parallelise internally, so little is lost.
+    """
+    if key in _failed:
+        return None
+    try:
+        with _compile_lock:
+            return call()
+    except Exception as exc:  # no C++ compiler, unsupported platform, an Inductor bug, ...
+        _failed.add(key)
+        warnings.warn(
+            f"anynum: torch.compile failed for {what} ({type(exc).__name__}: {exc}); "
+            "using the eager path (set ANYNUM_COMPILE=0 to silence).",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+
+
 def fused_round(
     fmt: Format,
     x: torch.Tensor,
@@ -168,23 +194,14 @@ def fused_round(
     """
     key = (fmt, mode, overflow, rand_bits, x.dtype, x.device.type, out is not None)
     base_value = rng.stream_base(0) if rng is not None else 0
-    if key not in _failed and base_value is not None:  # only counter-based bits can be fused
+    if base_value is not None:  # only counter-based bits can be fused
         base = torch.tensor(base_value, dtype=torch.int64, device=x.device)
-        kernel = _compiled(fmt, mode, overflow, rand_bits, x.dtype, out is not None)
-        try:
-            with _compile_lock:
-                y, pending = kernel(x, base, out) if out is not None else kernel(x, base)
-        except Exception as exc:
-            _failed.add(key)
-            warnings.warn(
-                f"anynum: torch.compile failed for {fmt!r} ({type(exc).__name__}: {exc}); "
-                "using the eager path (set ANYNUM_COMPILE=0 to silence).",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        else:
-            if not bool(pending):
-                return y
+        args = (x, base) if out is None else (x, base, out)
+        done = run_compiled(
+            key, repr(fmt), lambda: _compiled(fmt, mode, overflow, rand_bits, x.dtype, out is not None)(*args)
+        )
+        if done is not None and not bool(done[1]):  # done[1]: undecided stochastic elements
+            return done[0]
     y = round_to_format(fmt, x, mode, overflow, rng, rand_bits)
     if out is not None:
         out.copy_(y)
@@ -216,22 +233,10 @@ def _compiled_codec(fmt: Format, encode: bool, dtype: torch.dtype) -> Callable[[
 
 
 def _fused_codec(fmt: Format, encode: bool, t: torch.Tensor) -> torch.Tensor:
-    eager = _codec_body(fmt, encode)
-    key = ("encode" if encode else "decode", fmt, t.dtype, t.device.type)
-    if key in _failed:
-        return eager(t)
-    try:
-        with _compile_lock:
-            return _compiled_codec(fmt, encode, t.dtype)(t)
-    except Exception as exc:
-        _failed.add(key)
-        warnings.warn(
-            f"anynum: torch.compile failed for {key[0]} of {fmt!r} ({type(exc).__name__}: {exc}); "
-            "using the eager path (set ANYNUM_COMPILE=0 to silence).",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return eager(t)
+    what = "encode" if encode else "decode"
+    key = (what, fmt, t.dtype, t.device.type)
+    y = run_compiled(key, f"{what} of {fmt!r}", lambda: _compiled_codec(fmt, encode, t.dtype)(t))
+    return _codec_body(fmt, encode)(t) if y is None else y
 
 
 def fused_encode(fmt: Format, y: torch.Tensor) -> torch.Tensor:

@@ -31,13 +31,12 @@ the native result of the leading components.
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from anynum.kernels.fused import own_code, use_fused
+from anynum.kernels.fused import own_code, run_compiled, use_fused
 from anynum.mc._core import Comps
 from anynum.mc.eft import _fast_two_sum, _fma, _two_prod, _two_sum, fma_available
 
@@ -279,7 +278,6 @@ _FUSABLE: dict[str, Callable[..., Comps]] = {
     "dw_plus_fp": _dw_plus_fp_formula,
     "dw_plus_dw": _dw_plus_dw_formula,
 }
-_FUSE_FAILED: set[tuple[str, torch.dtype]] = set()
 
 
 @functools.cache
@@ -310,24 +308,15 @@ def _fused(name: str, shape: torch.Size, *ins: torch.Tensor) -> Comps | None:
     ~7x for the eager blocked kernel (docs/mc.md, Speed); the bits are the same.
     """
     x0 = ins[0]
-    key = (name, x0.dtype)
     if (
-        key in _FUSE_FAILED
-        or x0.device.type != "cpu"
+        x0.device.type != "cpu"
         or not use_fused(x0, None)
         or not all(t.shape == shape and t.is_contiguous() for t in ins)
     ):
         return None
-    try:
-        out = _compiled(name)(*(t.view(-1) for t in ins))
-    except Exception as exc:  # no C++ compiler, unsupported platform, ...
-        _FUSE_FAILED.add(key)
-        warnings.warn(
-            f"anynum.mc: torch.compile failed for {name} ({type(exc).__name__}: {exc}); "
-            "using the eager kernels (set ANYNUM_COMPILE=0 to silence).",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+    flat = [t.view(-1) for t in ins]
+    out = run_compiled(("mc", name, x0.dtype), f"MCTensor {name}", lambda: _compiled(name)(*flat))
+    if out is None:
         return None
     zh, zl = out.reshape(2, *shape).unbind(0)
     return zh, zl
