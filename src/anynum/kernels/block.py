@@ -137,34 +137,29 @@ def _pow2_exponents(fmt: Block, amax: torch.Tensor) -> torch.Tensor:
     element = fmt.element
     lay = layout(amax.dtype)
     bump = 0 if fmt.scale_rule == "floor" else 1  # ceil and even add at most one
-    if -lay.bias - element.emax + bump <= kmin and 1 - lay.bias <= element.emax <= lay.bias:
+    fast = -lay.bias - element.emax + bump <= kmin and 1 - lay.bias <= element.emax <= lay.bias
+    if fast:
         # Integer work on amax's bits only. Few ops matter: Inductor inlines this chain into
         # every node that reads it and stores any node whose inlined chain grows past ~50 ops.
         # The exponent field reads floor(log2 amax) for normal amax and -bias for zero and
         # subnormals, whose true k (<= -bias - emax + bump) clamps to kmin either way.
         bits = amax.view(lay.int_dtype)
         e = ((bits >> lay.man_bits) & ((1 << lay.exp_bits) - 1)).to(torch.int32) - lay.bias
-        k = e - element.emax
-        fraction = bits & ((1 << lay.man_bits) - 1)
-        if fmt.scale_rule == "ceil":
-            # amax / 2**k = amax's significand in binade emax; one step up if it exceeds element.max.
-            scaled = (fraction | ((element.emax + lay.bias) << lay.man_bits)).view(amax.dtype)
-            k = k + (scaled > element.max).to(torch.int32)
-        elif fmt.scale_rule == "even":
-            m = (fraction | (lay.bias << lay.man_bits)).view(amax.dtype).to(torch.float64)
-            k = k + (m * m >= 2.0).to(torch.int32)  # round(log2 amax) = e + [m >= sqrt(2)]
-        return torch.clamp(k, kmin, kmax)
-    positive = amax > 0
-    safe = torch.where(positive & (amax < torch.inf), amax, 1.0)  # NaN fails both tests
-    e = floor_log2(safe)
+        sig = ((bits & ((1 << lay.man_bits) - 1)) | (lay.bias << lay.man_bits)).view(amax.dtype)
+    else:
+        positive = amax > 0
+        safe = torch.where(positive & (amax < torch.inf), amax, 1.0)  # NaN fails both tests
+        e = floor_log2(safe)
+        sig = ldexp(safe, -e)
+    # amax = sig * 2**e with sig in [1, 2), exactly; the rules on top of floor(log2 amax):
     k = e - element.emax
-    if fmt.scale_rule == "ceil":
-        k = k + (ldexp(safe, -k) > element.max).to(torch.int32)
-    elif fmt.scale_rule == "even":
-        m = ldexp(safe, -e).to(torch.float64)  # significand in [1, 2), exact
+    if fmt.scale_rule == "ceil":  # one step up if amax / 2**k exceeds element.max
+        k = k + (sig > element.max * 2.0**-element.emax).to(torch.int32)
+    elif fmt.scale_rule == "even":  # round(log2 amax) = e + [sig >= sqrt(2)]
+        m = sig.to(torch.float64)
         k = k + (m * m >= 2.0).to(torch.int32)
     k = torch.clamp(k, kmin, kmax)
-    return torch.where(positive, k, kmin)
+    return k if fast else torch.where(positive, k, kmin)
 
 
 def _round_up_quotient(num: torch.Tensor, den: float | torch.Tensor, sfmt: Format) -> torch.Tensor:
