@@ -87,17 +87,25 @@ def test_shortcut_not_used_where_it_would_differ() -> None:
 
 
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"])
-def test_float8_table_widening_equals_torch(name: str) -> None:
-    from anynum.kernels.native import native_round_trip
+def test_float8_fast_widening_equals_torch(name: str) -> None:
+    from anynum.kernels.native import _FAST_WIDEN_MIN, native_round_trip
 
     dtype = getattr(torch, name, None)
     if dtype is None:
         pytest.skip(f"torch has no {name}")
-    x = _probe()
-    want = x.to(dtype).to(torch.float32)
-    assert _bits_equal(native_round_trip(x, dtype), want)
-    out = torch.empty_like(x)
-    assert native_round_trip(x, dtype, out) is out and _bits_equal(out, want)
-    strided = torch.empty(x.numel(), 2)[:, 0]
-    native_round_trip(x, dtype, strided)
-    assert _bits_equal(strided, want)
+    every_code = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
+    probe = _probe()
+
+    def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:  # NaN payloads included
+        return torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+    # torch's own element-by-element widening is the oracle, on both sides of the size switch
+    for x in (probe, torch.cat([every_code] * 9), every_code, probe[: _FAST_WIDEN_MIN - 1]):
+        want = x.to(dtype).to(torch.float32)
+        assert same_bits(native_round_trip(x, dtype), want)
+        out = torch.empty_like(x)
+        assert native_round_trip(x, dtype, out) is out and same_bits(out, want)
+        strided = torch.empty(x.numel(), 2)[:, 0]
+        native_round_trip(x, dtype, strided)
+        assert same_bits(strided.contiguous(), want)
+    assert every_code.numel() * 9 >= _FAST_WIDEN_MIN

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import io
 
 import pytest
@@ -14,6 +15,7 @@ import anynum as an
 # Eager kernels: in auto mode, training loops here would reach ANYNUM_COMPILE_MIN elements per
 # kernel and compile it (routing: tests/nn/test_quantizer.py; fused = eager: tests/kernels).
 pytestmark = pytest.mark.usefixtures("eager_only")
+quantizer_module = importlib.import_module("anynum.nn.quantizer")  # `an.nn.quantizer` is a function
 
 
 def bf16(t: torch.Tensor) -> torch.Tensor:
@@ -187,3 +189,69 @@ def test_post_quantize_copy_leaves_the_original_alone():
     assert not torch.equal(q(x), ref)
     p = an.nn.post_quantize(m, an.nn.Policy(weight="bf16"))
     assert p is m and torch.equal(m[6].weight, bf16(m[6].weight))
+
+
+def test_weights_the_optimizer_keeps_on_the_grid_are_not_rounded_again(monkeypatch):
+    """After a QuantizedOptimizer step the model sees its stored weights as they are; any later
+    in-place change (tracked by the version counter) makes the next forward round them again."""
+    calls: list[tuple[int, ...]] = []
+    real = quantizer_module.apply_pair
+
+    def counting(x, fwd, bwd):
+        calls.append(tuple(x.shape))
+        return real(x, fwd, bwd)
+
+    monkeypatch.setattr(quantizer_module, "apply_pair", counting)
+    layers = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
+    model = an.nn.convert(layers, an.nn.Policy(weight="e4m3fn"))
+    opt = an.optim.QuantizedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), weight="e4m3fn")
+    x = torch.randn(3, 5)
+    calls.clear()  # register_parametrization tries each once
+    model(x).sum().backward()
+    assert len(calls) == 4  # two weights and two biases, not yet on the grid
+    opt.step()
+    calls.clear()
+    out = model(x)
+    assert calls == []
+    stored = model[0].parametrizations.weight.original
+    assert model[0].weight is stored  # the Parameter itself: gradients reach it directly
+    assert torch.equal(out, model[2](torch.relu(nn.functional.linear(x, stored, model[0].bias))))
+    with torch.no_grad():
+        stored.add_(1e-3)  # off the grid again
+    assert torch.equal(model[0].weight, stored.to(torch.float8_e4m3fn).float())
+    assert calls == [(4, 5)]
+    model.load_state_dict({k: v + 1e-3 for k, v in model.state_dict().items()})
+    calls.clear()
+    model(x)
+    assert len(calls) == 4
+
+
+def test_only_an_identical_deterministic_grid_skips_rounding():
+    Rounder = an.nn.Rounder
+    w = torch.tensor([0.3, 1.7, -2.2])
+    Rounder("e4m3fn").mark_on_grid(w)
+    assert Rounder("e4m3fn").is_identity_on(w)
+    assert not Rounder("e4m3fn", "sr", seed=0).is_identity_on(w)  # would advance its stream
+    assert not Rounder("e4m3fn", overflow="nan").is_identity_on(w)
+    assert not Rounder("e5m2").is_identity_on(w)
+    assert not Rounder("e4m3fn").is_identity_on(w.clone())
+    v = torch.ones(32)
+    Rounder(an.Block(an.E2M1, 8)).mark_on_grid(v)  # re-rounding a block format may pick another scale
+    assert not Rounder(an.Block(an.E2M1, 8)).is_identity_on(v)
+
+
+def test_skipping_weight_rounding_changes_no_bit_of_training(monkeypatch):
+    def train() -> list[torch.Tensor]:
+        model = an.nn.convert(net(), an.nn.Policy(weight="e4m3fn", activation="bf16", error="e5m2"))
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        opt = an.optim.QuantizedOptimizer(sgd, weight="e4m3fn", grad="bf16", momentum="bf16")
+        g = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            opt.zero_grad()
+            model(torch.randn(8, 1, 8, 8, generator=g)).square().sum().backward()
+            opt.step()
+        return [t.detach().clone() for t in model.state_dict().values()]
+
+    skipping = train()
+    monkeypatch.setattr(an.nn.Rounder, "is_identity_on", lambda self, t: False)
+    assert all(torch.equal(a, b) for a, b in zip(skipping, train()))

@@ -64,20 +64,30 @@ def _float8_table(dtype: torch.dtype, wide: torch.dtype) -> torch.Tensor:
     return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).to(wide)
 
 
+#: From this size on, float8 widens through a table (or float16) rather than torch's own cast;
+#: below it the extra ops of those routes cost more than they save.
+_FAST_WIDEN_MIN = 2048
+
+
 def native_round_trip(x: torch.Tensor, native: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``x.to(native).to(x.dtype)`` (into `out` if given), with float8 widened through a table.
+    """``x.to(native).to(x.dtype)`` (into `out` if given), widening float8 the fast way.
 
     torch widens float8 to float32 one element at a time (about 3 ns per element on
-    this CPU, five times its narrowing); a gather from the table of torch's own
-    widened codes gives the same bits four to five times faster.
+    this CPU, five times its narrowing). Two routes give the same bits faster:
+    e5m2 codes are the top byte of float16 codes, so they widen through float16
+    (vectorised); other float8 codes widen by a gather from the table of torch's own
+    widened codes (four to five times faster).
 
     >>> x = torch.tensor([0.3, -500.0, float("nan")])
     >>> native_round_trip(x, torch.float8_e4m3fn).tolist()
     [0.3125, -448.0, nan]
     """
     narrow = x.to(native)
-    if native not in _FLOAT8:
+    if native not in _FLOAT8 or x.numel() < _FAST_WIDEN_MIN:
         return narrow.to(x.dtype) if out is None else out.copy_(narrow)
+    if native == torch.float8_e5m2:
+        wide = (narrow.view(torch.uint8).to(torch.int16) << 8).view(torch.float16)
+        return wide.to(x.dtype) if out is None else out.copy_(wide)
     table = _float8_table(native, x.dtype)
     codes = narrow.view(torch.uint8).reshape(-1).to(torch.int32)
     if out is not None and out.is_contiguous():

@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from anynum.nn.policy import ResolvedPolicy
-from anynum.nn.quantizer import Rounder, apply_pair
+from anynum.nn.quantizer import Rounder, apply_pair, round_weight
 
 __all__ = ["LayerState", "attach", "detach", "layer_state"]
 
@@ -92,7 +92,7 @@ class WeightQuantization(nn.Module):
         self.rounder = rounder
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        return apply_pair(w, self.rounder, None)
+        return round_weight(w, self.rounder)
 
     def extra_repr(self) -> str:
         return repr(self.rounder)

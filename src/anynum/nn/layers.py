@@ -28,7 +28,7 @@ from torch.nn.utils.rnn import PackedSequence
 from anynum.errors import AnynumError
 from anynum.nn.hooks import attach, layer_state
 from anynum.nn.policy import Policy, ResolvedPolicy
-from anynum.nn.quantizer import Rounder, apply_pair
+from anynum.nn.quantizer import Rounder, apply_pair, round_weight
 
 __all__ = [
     "GRU",
@@ -136,7 +136,7 @@ class _Inside:
         if p is None:
             return None
         rounder: Rounder | None = self._pol().for_param(name)
-        return apply_pair(p, rounder, None)
+        return round_weight(p, rounder)
 
 
 class _Recurrent(_Inside):
@@ -361,7 +361,7 @@ class MultiheadAttention(_Inside, nn.MultiheadAttention):
 
     def _out_param(self, name: str) -> torch.Tensor | None:
         p = getattr(self.out_proj, name)
-        return None if p is None else apply_pair(p, self._pol().for_param(name), None)
+        return None if p is None else round_weight(p, self._pol().for_param(name))
 
     def forward(  # type: ignore[override]
         self,

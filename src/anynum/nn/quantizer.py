@@ -36,7 +36,7 @@ from anynum.kernels.native import native_cast_dtype, native_round_trip
 from anynum.quantize import _quantize_tensor, check_representable, quantize
 from anynum.rounding import Rounding, RoundingLike, make_random_source, parse_rounding
 
-__all__ = ["NumberLike", "Quantizer", "Rounder", "quantizer", "resolve_number"]
+__all__ = ["NumberLike", "Quantizer", "Rounder", "quantizer", "resolve_number", "round_weight"]
 
 #: How a number category is given: a Format or name, ``(fmt, rounding)`` or
 #: ``(fmt, rounding, overflow)``, a ready `Rounder`, or None (not quantized).
@@ -48,6 +48,9 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _eager_elements: dict[tuple[Any, ...], int] = {}
 #: Families whose rounding is elementwise, so a flattened tensor rounds the same (Block is not).
 _ELEMENTWISE = (FloatFormat, UniformFormat, Posit, Table)
+_UNRESOLVED = object()
+#: Tensor attribute holding ``(grid key, tensor._version)`` of the last `Rounder.mark_on_grid`.
+_ON_GRID_ATTR = "_anynum_on_grid"
 
 
 def _compiled_kernel_is_due(key: tuple[Any, ...], numel: int) -> bool:
@@ -111,6 +114,8 @@ class Rounder:
         if generator is not None:
             self._generators[generator.device] = generator
         self._checked: set[torch.dtype] = set()
+        # (dtype, device type) -> the torch dtype whose cast is this rounding, or None; checked once
+        self._native: dict[tuple[torch.dtype, str], Any] = {}
 
     def __repr__(self) -> str:
         return f"Rounder({self.fmt.display_name()}, {self.mode.name}, overflow={self.overflow!r})"
@@ -152,11 +157,13 @@ class Rounder:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # What `quantize` would do, minus the argument checks this object did once at construction.
-        if x.dtype not in self._checked:
+        where = (x.dtype, x.device.type)
+        native = self._native.get(where, _UNRESOLVED)
+        if native is _UNRESOLVED:
             self.check_dtype(x.dtype)
+            native = self._native[where] = native_cast_dtype(self.fmt, self.mode, self.overflow, x)
         x = x.detach()
         fmt, mode, overflow = self.fmt, self.mode, self.overflow
-        native = native_cast_dtype(fmt, mode, overflow, x)
         if native is not None and not use_fused(x, None):
             return native_round_trip(x, native)
         # The generator hands out one fresh seed per call, so successive calls are independent.
@@ -170,6 +177,40 @@ class Rounder:
             torch._dynamo.maybe_mark_dynamic(xw, 0)  # compile for any size at once, not per size first
             return fused_round(fmt, xw, mode, overflow, rng, self.rand_bits).view(x.shape).to(x.dtype)
         return _quantize_tensor(x, fmt, mode, overflow, rng, self.rand_bits, None)
+
+    # --- tensors known to be on the grid -----------------------------------------------------
+    # Rounding a value of the grid gives it back, so a tensor that this grid's rounder has just
+    # written needs no second rounding until it changes. "Changes" is read from the tensor's
+    # version counter, the one autograd uses to detect in-place modification; like autograd it
+    # cannot see writes through ``.data``.
+    def mark_on_grid(self, t: torch.Tensor) -> None:
+        """Record that `t`, as it is now, holds only values this rounder can produce.
+
+        Call it right after writing this rounder's result into `t`. Only elementwise
+        formats are recorded (re-rounding a block format can pick another scale).
+        """
+        if isinstance(self.fmt, _ELEMENTWISE):
+            setattr(t, _ON_GRID_ATTR, ((self.fmt, self.overflow), t._version))
+
+    def is_identity_on(self, t: torch.Tensor) -> bool:
+        """Whether rounding `t` now would return it unchanged because it is marked on this grid.
+
+        True only for deterministic modes (a stochastic call would also advance the stream),
+        the same format and overflow as the marking rounder, and an unmodified tensor.
+
+        >>> import torch, anynum as an
+        >>> r, w = Rounder(an.BF16), torch.tensor([1.0, 2.0])
+        >>> r.mark_on_grid(w); r.is_identity_on(w)
+        True
+        >>> w.add_(1e-3); r.is_identity_on(w)
+        False
+        """
+        tag = getattr(t, _ON_GRID_ATTR, None)
+        return (
+            tag is not None
+            and not self.mode.is_stochastic
+            and tag == ((self.fmt, self.overflow), t._version)
+        )
 
     def on_grid(self, x: torch.Tensor) -> torch.Tensor:
         """Boolean mask: True where `x` is a value of the format (NaN counts if the format has NaN)."""
@@ -236,6 +277,22 @@ def apply_pair(x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> tor
     if x.requires_grad and torch.is_grad_enabled():
         return _QuantizeFn.apply(x, fwd, None)
     return fwd(x)
+
+
+def round_weight(w: torch.Tensor, rounder: Rounder | None) -> torch.Tensor:
+    """A parameter as a layer should see it: rounded by `rounder`, gradient straight through.
+
+    A weight that `rounder`'s grid already holds unmodified (marked by
+    `QuantizedOptimizer` after its step) is returned as it is: rounding it again
+    would change nothing, and it is the common case in training.
+
+    >>> import torch, anynum as an
+    >>> round_weight(torch.tensor([0.3]), Rounder(an.E4M3FN)).tolist()
+    [0.3125]
+    """
+    if rounder is None or rounder.is_identity_on(w):
+        return w
+    return apply_pair(w, rounder, None)
 
 
 def quantizer(

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from anynum.errors import AnynumError
 from anynum.nn.quantizer import NumberLike, Rounder, resolve_number
@@ -39,10 +40,11 @@ def round_in_place(tensors: list[torch.Tensor], rounder: Rounder) -> None:
         if len(ts) == 1:
             ts[0].copy_(rounder(ts[0]))
             continue
-        # One rounding call (and, for stochastic modes, one random stream) over the concatenation.
-        flat = rounder(torch.cat([t.reshape(-1) for t in ts]))
-        pieces = flat.split([t.numel() for t in ts])
-        torch._foreach_copy_(ts, [piece.view(t.shape) for piece, t in zip(pieces, ts)])
+        # One rounding call (and, for stochastic modes, one random stream) over the concatenation;
+        # flatten/unflatten are single C++ calls, where per-tensor reshapes and views cost more
+        # than the rounding itself for the small tensors of a model.
+        flat = rounder(_flatten_dense_tensors(ts))
+        torch._foreach_copy_(ts, _unflatten_dense_tensors(flat, ts))
 
 
 class QuantizedOptimizer:
@@ -187,12 +189,14 @@ class QuantizedOptimizer:
             f"(or state={{{name!r}: None}} to keep it in full precision)."
         )
 
-    def _state_tensors(self) -> Iterator[tuple[str, str, torch.Tensor]]:
+    def _state_tensors(self) -> Iterator[tuple[int, str, torch.Tensor]]:
+        """(parameter index, state name, tensor) of every floating state tensor but counters."""
+        state = self.optimizer.state
         for i, p in enumerate(self._params()):
-            for key, value in self.optimizer.state.get(p, {}).items():
+            for key, value in state.get(p, {}).items():
                 if key in _COUNTERS or not isinstance(value, torch.Tensor) or not value.is_floating_point():
                     continue
-                yield f"state[{i}].{key}", key, value
+                yield i, key, value
 
     # --- the step -------------------------------------------------------------------------
     @torch.no_grad()
@@ -244,13 +248,18 @@ class QuantizedOptimizer:
                 p.copy_(m)
         if self.weight is not None:
             round_in_place(params, self.weight)
+            for p in params:  # so that the model's own weight rounding can skip them (round_weight)
+                self.weight.mark_on_grid(p)
         self.loss_scale.update(False)
         return loss
 
     def _round_states(self) -> None:
         groups: dict[Rounder, list[torch.Tensor]] = {}
+        rounders: dict[str, Rounder | None] = {}  # state_rounder per key, looked up once per step
         for _, key, value in self._state_tensors():
-            rounder = self.state_rounder(key)
+            if key not in rounders:
+                rounders[key] = self.state_rounder(key)
+            rounder = rounders[key]
             if rounder is not None:
                 groups.setdefault(rounder, []).append(value)
         for rounder, tensors in groups.items():
@@ -265,10 +274,10 @@ class QuantizedOptimizer:
             m = self.master.get(p)
             if m is not None and self.accumulator is not None:
                 yield f"master[{i}]", "master weight", m, self.accumulator
-        for name, key, value in self._state_tensors():
+        for i, key, value in self._state_tensors():
             rounder = self.state_rounder(key)
             if rounder is not None:
-                yield name, "optimizer state", value, rounder
+                yield f"state[{i}].{key}", "optimizer state", value, rounder
 
     # --- checkpoints ----------------------------------------------------------------------
     def _rounders(self) -> dict[str, Rounder]:
