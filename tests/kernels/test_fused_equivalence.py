@@ -246,3 +246,40 @@ def test_a_failed_compile_warns_once_and_quantize_stays_eager(monkeypatch: pytes
     with warnings.catch_warnings():  # remembered: no second warning
         warnings.simplefilter("error")
         assert _same(an.quantize(x, an.E2M1), ref)
+
+
+def test_a_warm_kernel_skips_dynamo_and_still_equals_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once compiled for a dynamic size, a kernel calls its graph directly for any 1-D contiguous
+    input of the compiled dtype; everything else is refused by the plan and goes back to dynamo."""
+    from anynum.kernels.fused import _compiled
+
+    kernel = _compiled(an.E5M2, Rounding.STOCHASTIC, "inf", None, torch.float32)
+    first = _inputs(torch.float32).contiguous()[:1000]
+    torch._dynamo.maybe_mark_dynamic(first, 0)
+    kernel(first, torch.tensor(CounterRandom(3).stream_base(0)))
+    assert kernel._plan is not None
+
+    def no_dynamo(*args: object) -> object:
+        raise AssertionError("went through dynamo")
+
+    monkeypatch.setattr(kernel, "_guarded", no_dynamo)
+    values = _inputs(torch.float32).contiguous()
+    for n, seed in ((2, 1), (3, 2), (17, 3), (4099, 4), (values.numel(), 5)):
+        x = values[:n].clone()
+        rng = CounterRandom(seed)
+        y, pending = kernel(x, torch.tensor(rng.stream_base(0)))
+        assert not bool(pending)
+        assert _same(y, round_to_format(an.E5M2, x, Rounding.STOCHASTIC, "inf", CounterRandom(seed), None))
+    plan, base = kernel._plan, torch.tensor(0)
+    x = values[:64].clone()
+    assert plan.call((x, base)) is not None
+    assert plan.call((values[:128:2], base)) is None  # not contiguous
+    assert plan.call((x.double(), base)) is None
+    assert plan.call((x[:1], base)) is None  # sizes 0 and 1 are specialised by dynamo
+    assert plan.call((x.view(8, 8), base)) is None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        assert plan.call((x, base)) is None
+    finally:
+        torch.set_num_threads(threads)

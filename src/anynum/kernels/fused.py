@@ -25,7 +25,7 @@ import threading
 import types
 import warnings
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -39,6 +39,7 @@ __all__ = [
     "fused_decode",
     "fused_encode",
     "fused_round",
+    "has_direct_call",
     "own_code",
     "run_compiled",
     "static_ints",
@@ -50,15 +51,49 @@ _failed: set[Hashable] = set()  # compiled kernels that failed: their callers st
 _compile_lock = threading.RLock()  # see `run_compiled`
 
 
-def compile_mode() -> str:
-    """'0' (never), '1' (always) or 'auto', from the ANYNUM_COMPILE environment variable."""
-    value = os.environ.get("ANYNUM_COMPILE", "auto").strip().lower()
+class _Setting:
+    """An environment variable, parsed once per value it takes.
+
+    Rounding calls in a training loop read the switches below many times per step;
+    ``os.environ.get`` costs several Python frames each time, a read here is one lookup
+    in the environment mapping's own dict (which ``os.environ[...] = ...`` and
+    ``monkeypatch.setenv`` update), so changes still take effect at once.
+    """
+
+    def __init__(self, name: str, parse: Callable[[str | None], Any]) -> None:
+        self.name, self.parse = name, parse
+        self.data: dict[Any, Any] | None = getattr(os.environ, "_data", None)
+        encodekey = getattr(os.environ, "encodekey", None)
+        self.key = encodekey(name) if encodekey is not None else name
+        self.raw: object = object()  # no value read yet
+        self.value: Any = None
+
+    def __call__(self) -> Any:
+        raw = self.data.get(self.key) if self.data is not None else os.environ.get(self.name)
+        if raw != self.raw:
+            self.value = self.parse(os.environ.get(self.name))
+            self.raw = raw
+        return self.value
+
+
+def _parse_mode(value: str | None) -> str:
+    value = (value or "auto").strip().lower()
     return value if value in ("0", "1") else "auto"
 
 
-def use_fused(x: torch.Tensor, rng: RandomSource | None) -> bool:
-    """Whether `x` should take the compiled path."""
-    mode = compile_mode()
+_COMPILE_MODE = _Setting("ANYNUM_COMPILE", _parse_mode)
+_COMPILE_MIN = _Setting("ANYNUM_COMPILE_MIN", lambda v: _DEFAULT_MIN_ELEMENTS if v is None else int(v))
+
+
+def compile_mode() -> str:
+    """'0' (never), '1' (always) or 'auto', from the ANYNUM_COMPILE environment variable."""
+    mode: str = _COMPILE_MODE()
+    return mode
+
+
+def use_fused(x: torch.Tensor, rng: RandomSource | None, mode: str | None = None) -> bool:
+    """Whether `x` should take the compiled path (`mode`: `compile_mode()`, if already read)."""
+    mode = compile_mode() if mode is None else mode
     if mode == "0" or (rng is not None and rng.stream_base(0) is None):
         return False
     if mode == "1":
@@ -68,7 +103,8 @@ def use_fused(x: torch.Tensor, rng: RandomSource | None) -> bool:
 
 def compile_min() -> int:
     """The size from which "auto" compiles: ``ANYNUM_COMPILE_MIN`` elements (default 262144)."""
-    return int(os.environ.get("ANYNUM_COMPILE_MIN", _DEFAULT_MIN_ELEMENTS))
+    elements: int = _COMPILE_MIN()
+    return elements
 
 
 class _StreamZero(RandomSource):
@@ -116,9 +152,106 @@ def _compiled(
     rand_bits: int | None,
     dtype: torch.dtype,
     with_out: bool = False,
-) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    body = own_code(_kernel_body(fmt, mode, overflow, rand_bits, with_out))
-    return static_ints(torch.compile(body, dynamic=None, fullgraph=True))
+) -> CompiledKernel:
+    return CompiledKernel(own_code(_kernel_body(fmt, mode, overflow, rand_bits, with_out)))
+
+
+class _Plan:
+    """How to call one captured graph: where each of its inputs comes from, and when that is valid."""
+
+    def __init__(self, graph: Callable[..., Any], sources: list[tuple[str, Any]], args: tuple[Any, ...]):
+        # Dynamo wraps the graph so that it is never traced itself; called from eager code,
+        # as here, the wrapper only costs time.
+        self.graph = getattr(graph, "__wrapped__", graph)
+        self.sources = sources
+        self.signature = [(a.dtype, a.device, a.dim()) for a in args]
+        self.threads = torch.get_num_threads()
+
+    def call(self, args: tuple[torch.Tensor, ...]) -> Any:
+        """The graph's outputs for `args`, or None where the captured graph may not apply."""
+        if torch.get_num_threads() != self.threads or len(args) != len(self.signature):
+            return None
+        for a, (dtype, device, dim) in zip(args, self.signature):
+            if a.dtype != dtype or a.device != device or a.dim() != dim or not a.is_contiguous():
+                return None
+        numel = args[0].numel()
+        if numel < 2:  # dynamo specialises sizes 0 and 1
+            return None
+        inputs = [
+            args[v] if kind == "arg" else numel if kind == "numel" else v for kind, v in self.sources
+        ]
+        return self.graph(*inputs)
+
+
+def _plan(graph: Callable[..., Any], example_inputs: list[Any], args: tuple[Any, ...]) -> _Plan | None:
+    """A `_Plan` for a graph compiled from a call with `args`, or None if its inputs are not understood.
+
+    A backend's graph takes its inputs in the order of `example_inputs` (the torch.compile
+    backend contract): our tensors, the dynamic size of the first one, and constants that
+    dynamo lifted (format floats it wrapped as tensors), which stay as they were.
+    """
+    if any(not isinstance(a, torch.Tensor) or a.requires_grad for a in args) or args[0].dim() != 1:
+        return None
+    sources: list[tuple[str, Any]] = []
+    for e in example_inputs:
+        mine = [i for i, a in enumerate(args) if e is a]
+        if mine:
+            sources.append(("arg", mine[0]))
+        elif isinstance(e, torch.SymInt) and getattr(e.node, "hint", None) == args[0].numel():
+            sources.append(("numel", None))
+        elif isinstance(e, torch.Tensor):
+            sources.append(("const", e))
+        else:  # a static size or anything else: leave this graph to dynamo
+            return None
+    if ("numel", None) not in sources:
+        return None  # compiled for one size only
+    return _Plan(graph, sources, args)
+
+
+class CompiledKernel:
+    """A kernel body compiled by torch.compile, then called straight through its compiled graph.
+
+    Dynamo's work on each call (guard checks, frame set-up, config patching) costs about
+    35 us, more than rounding a 16k-element tensor. The bodies here are pure functions of
+    tensors, with every format constant baked into their own code, so once dynamo has
+    compiled a graph for 1-D contiguous inputs of dynamic size, that graph serves every
+    later call with inputs of the same dtypes, devices and thread count: it is called
+    directly (a plan checks those conditions first; anything else goes through dynamo,
+    which may compile again, and the new graph is captured). Calls run under no_grad
+    (the kernels are not differentiated), so grad mode never triggers a second compile.
+    """
+
+    def __init__(self, body: Callable[..., Any]) -> None:
+        self._guarded = static_ints(torch.compile(body, backend=self._backend, dynamic=None, fullgraph=True))
+        self._captured: tuple[Callable[..., Any], list[Any]] | None = None
+        self._plan: _Plan | None = None
+
+    def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        from torch._inductor.compile_fx import compile_fx
+
+        graph = cast(Callable[..., Any], compile_fx(gm, example_inputs))  # a callable for graphs
+        self._captured = (graph, list(example_inputs))
+        return graph
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        with torch.no_grad():
+            if self._plan is not None:
+                out = self._plan.call(args)
+                if out is not None:
+                    return out
+            self._captured = None
+            out = self._guarded(*args)
+            if self._captured is not None:  # compiled during this call, from these very args
+                self._plan = _plan(*self._captured, args)
+                self._captured = None
+            return out
+
+
+def has_direct_call(
+    fmt: Format, mode: Rounding, overflow: str, rand_bits: int | None, dtype: torch.dtype
+) -> bool:
+    """Whether the compiled kernel `fused_round` uses for these arguments calls its graph directly."""
+    return _compiled(fmt, mode, overflow, rand_bits, dtype, False)._plan is not None
 
 
 def static_ints(compiled: Callable[..., Any]) -> Callable[..., Any]:
@@ -154,10 +287,10 @@ def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 T = TypeVar("T")
 
 
-def run_compiled(key: Hashable, what: str, call: Callable[[], T]) -> T | None:
+def run_compiled(key: Hashable, what: object, call: Callable[[], T]) -> T | None:
     """``call()`` (a compiled function), or None if compiling `key` fails, now or before.
 
-    The first failure warns (naming `what`) and is remembered, so the caller's eager
+    The first failure warns (naming `what`, formatted only then) and is remembered, so the caller's eager
     path takes over quietly from then on. Calls are serialised: dynamo is not
     thread-safe (Dask's threaded scheduler, user threads), and the kernels
     parallelise internally, so little is lost.
@@ -178,6 +311,12 @@ def run_compiled(key: Hashable, what: str, call: Callable[[], T]) -> T | None:
         return None
 
 
+@functools.cache
+def _zero(device: torch.device) -> torch.Tensor:
+    """The int64 zero passed as the (unused) stream base of deterministic kernels."""
+    return torch.zeros((), dtype=torch.int64, device=device)
+
+
 def fused_round(
     fmt: Format,
     x: torch.Tensor,
@@ -195,10 +334,10 @@ def fused_round(
     key = (fmt, mode, overflow, rand_bits, x.dtype, x.device.type, out is not None)
     base_value = rng.stream_base(0) if rng is not None else 0
     if base_value is not None:  # only counter-based bits can be fused
-        base = torch.tensor(base_value, dtype=torch.int64, device=x.device)
+        base = torch.tensor(base_value, dtype=torch.int64, device=x.device) if base_value else _zero(x.device)
         args = (x, base) if out is None else (x, base, out)
         done = run_compiled(
-            key, repr(fmt), lambda: _compiled(fmt, mode, overflow, rand_bits, x.dtype, out is not None)(*args)
+            key, fmt, lambda: _compiled(fmt, mode, overflow, rand_bits, x.dtype, out is not None)(*args)
         )
         if done is not None and not bool(done[1]):  # done[1]: undecided stochastic elements
             return done[0]

@@ -18,7 +18,7 @@ from anynum.formats import floating as fl
 from anynum.formats.base import Format
 from anynum.rounding import Rounding
 
-__all__ = ["native_cast_dtype", "native_round_trip"]
+__all__ = ["FLOAT8_DTYPES", "native_cast_dtype", "native_round_trip"]
 
 
 @functools.cache
@@ -51,7 +51,8 @@ def native_cast_dtype(fmt: Format, mode: Rounding, overflow: str, x: torch.Tenso
     return _table().get((fmt, overflow))
 
 
-_FLOAT8 = tuple(
+#: torch's float8 dtypes (those this torch build has).
+FLOAT8_DTYPES = tuple(
     getattr(torch, name)
     for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
     if hasattr(torch, name)
@@ -83,15 +84,14 @@ def native_round_trip(x: torch.Tensor, native: torch.dtype, out: torch.Tensor | 
     [0.3125, -448.0, nan]
     """
     narrow = x.to(native)
-    if native not in _FLOAT8 or x.numel() < _FAST_WIDEN_MIN:
+    if native not in FLOAT8_DTYPES or x.numel() < _FAST_WIDEN_MIN:
         return narrow.to(x.dtype) if out is None else out.copy_(narrow)
     if native == torch.float8_e5m2:
         wide = (narrow.view(torch.uint8).to(torch.int16) << 8).view(torch.float16)
         return wide.to(x.dtype) if out is None else out.copy_(wide)
     table = _float8_table(native, x.dtype)
-    codes = narrow.view(torch.uint8).reshape(-1).to(torch.int32)
+    codes = narrow.view(torch.uint8).long()
     if out is not None and out.is_contiguous():
-        torch.index_select(table, 0, codes, out=out.view(-1))
-        return out
-    y = table.index_select(0, codes).view(x.shape)
+        return torch.take(table, codes, out=out)
+    y = torch.take(table, codes)
     return y if out is None else out.copy_(y)

@@ -31,7 +31,7 @@ from anynum.formats.posit import Posit
 from anynum.formats.registry import format as lookup_format
 from anynum.formats.table import Table
 from anynum.kernels import compile_mode, fused_round, use_fused, working_dtype
-from anynum.kernels.fused import compile_min
+from anynum.kernels.fused import compile_min, has_direct_call
 from anynum.kernels.native import native_cast_dtype, native_round_trip
 from anynum.quantize import _quantize_tensor, check_representable, quantize
 from anynum.rounding import Rounding, RoundingLike, make_random_source, parse_rounding
@@ -44,24 +44,38 @@ NumberLike = Union[Format, str, tuple, "Rounder", None]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
-#: Elements rounded on the eager path so far, per kernel (see the module docstring).
-_eager_elements: dict[tuple[Any, ...], int] = {}
+#: Elements rounded on the eager path so far, per kernel, as a one-item list that every
+#: Rounder of that kernel shares (see the module docstring).
+_eager_elements: dict[tuple[Any, ...], list[int]] = {}
 #: Families whose rounding is elementwise, so a flattened tensor rounds the same (Block is not).
 _ELEMENTWISE = (FloatFormat, UniformFormat, Posit, Table)
-_UNRESOLVED = object()
 #: Tensor attribute holding ``(grid key, tensor._version)`` of the last `Rounder.mark_on_grid`.
 _ON_GRID_ATTR = "_anynum_on_grid"
 
 
-def _compiled_kernel_is_due(key: tuple[Any, ...], numel: int) -> bool:
-    """Whether a call of `numel` elements on kernel `key` should run compiled (and count it if not)."""
-    if numel < 2 or compile_mode() != "auto":  # "1": quantize compiles every call itself
+class _Route:
+    """How one Rounder rounds tensors of one dtype on one device type, resolved on first use."""
+
+    __slots__ = ("direct", "eager", "native", "working")
+
+    def __init__(self, rounder: Rounder, x: torch.Tensor) -> None:
+        fmt, mode, overflow = rounder.fmt, rounder.mode, rounder.overflow
+        rounder.check_dtype(x.dtype)
+        self.native = native_cast_dtype(fmt, mode, overflow, x)  # a torch cast that is this rounding
+        key = (fmt, mode, overflow, rounder.rand_bits, x.dtype, x.device.type)
+        # compiled kernels are for elementwise formats only: a flattened tensor rounds the same
+        self.eager = _eager_elements.setdefault(key, [0]) if isinstance(fmt, _ELEMENTWISE) else None
+        self.working = working_dtype(fmt, x.dtype)
+        self.direct = False  # whether the compiled kernel has a graph called without dynamo
+
+    def compiled_is_due(self, numel: int) -> bool:
+        """Whether a call of `numel` elements should run compiled (and count it if not)."""
+        if self.eager is None or numel < 2 or compile_mode() != "auto":  # "1": quantize compiles itself
+            return False
+        if self.eager[0] >= compile_min():
+            return True
+        self.eager[0] += numel
         return False
-    done = _eager_elements.get(key, 0)
-    if done >= compile_min():
-        return True
-    _eager_elements[key] = done + numel
-    return False
 
 
 class Rounder:
@@ -114,8 +128,7 @@ class Rounder:
         if generator is not None:
             self._generators[generator.device] = generator
         self._checked: set[torch.dtype] = set()
-        # (dtype, device type) -> the torch dtype whose cast is this rounding, or None; checked once
-        self._native: dict[tuple[torch.dtype, str], Any] = {}
+        self._routes: dict[tuple[torch.dtype, str], _Route] = {}  # by (dtype, device type)
 
     def __repr__(self) -> str:
         return f"Rounder({self.fmt.display_name()}, {self.mode.name}, overflow={self.overflow!r})"
@@ -157,25 +170,26 @@ class Rounder:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # What `quantize` would do, minus the argument checks this object did once at construction.
-        where = (x.dtype, x.device.type)
-        native = self._native.get(where, _UNRESOLVED)
-        if native is _UNRESOLVED:
-            self.check_dtype(x.dtype)
-            native = self._native[where] = native_cast_dtype(self.fmt, self.mode, self.overflow, x)
+        route = self._routes.get((x.dtype, x.device.type))
+        if route is None:
+            route = self._routes[(x.dtype, x.device.type)] = _Route(self, x)
         x = x.detach()
         fmt, mode, overflow = self.fmt, self.mode, self.overflow
-        if native is not None and not use_fused(x, None):
-            return native_round_trip(x, native)
+        if route.native is not None and not use_fused(x, None):
+            return native_round_trip(x, route.native)
         # The generator hands out one fresh seed per call, so successive calls are independent.
         rng = make_random_source(self.generator(x.device), None, x.device) if mode.is_stochastic else None
-        key = (fmt, mode, overflow, self.rand_bits, x.dtype, x.device.type)
-        if native is None and isinstance(fmt, _ELEMENTWISE) and _compiled_kernel_is_due(key, x.numel()):
+        if route.compiled_is_due(x.numel()):
             # Flattened, so that every shape shares one dynamic-size compiled kernel; the random
             # bits are addressed by row-major index, which flattening keeps. detach() makes the
             # view a plain tensor: dynamo guards on a view's base strides and recompiles per shape.
-            xw = x.to(working_dtype(fmt, x.dtype)).reshape(-1).detach()
-            torch._dynamo.maybe_mark_dynamic(xw, 0)  # compile for any size at once, not per size first
-            return fused_round(fmt, xw, mode, overflow, rng, self.rand_bits).view(x.shape).to(x.dtype)
+            xw = x.to(route.working).reshape(-1).detach()
+            if not route.direct:
+                torch._dynamo.maybe_mark_dynamic(xw, 0)  # compile for any size at once
+            y = fused_round(fmt, xw, mode, overflow, rng, self.rand_bits).view(x.shape).to(x.dtype)
+            if not route.direct:
+                route.direct = has_direct_call(fmt, mode, overflow, self.rand_bits, xw.dtype)
+            return y
         return _quantize_tensor(x, fmt, mode, overflow, rng, self.rand_bits, None)
 
     # --- tensors known to be on the grid -----------------------------------------------------
