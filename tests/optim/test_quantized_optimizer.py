@@ -232,8 +232,19 @@ def test_round_in_place_rounds_one_concatenated_stream_whatever_the_layout():
     expected = an.quantize(flat, "e4m3fn", "sr", generator=state).split([t.numel() for t in tensors[:3]])
     expected_f64 = an.quantize(tensors[4], "e4m3fn", "sr", generator=state)
     strides = [t.stride() for t in tensors]
+    originals = [t.clone() for t in tensors]
     round_in_place(tensors, rounder)
     for t, e in zip(tensors[:3], expected):
         assert torch.equal(t.reshape(-1), e)
     assert torch.equal(tensors[4], expected_f64)
     assert [t.stride() for t in tensors] == strides  # rounded in place, layout kept
+    # A reused staging buffer (as QuantizedOptimizer keeps) gives the same values call after call.
+    staging: dict = {}
+    for _ in range(2):
+        for t, o in zip(tensors, originals):
+            t.copy_(o)
+        state.set_state(rounder.generator(torch.device("cpu")).get_state())
+        again = an.quantize(flat, "e4m3fn", "sr", generator=state).split([t.numel() for t in tensors[:3]])
+        round_in_place(tensors, rounder, staging)
+        assert all(torch.equal(t.reshape(-1), e) for t, e in zip(tensors[:3], again))
+    assert len(staging) == 1

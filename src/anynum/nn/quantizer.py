@@ -192,6 +192,20 @@ class Rounder:
             return y
         return _quantize_tensor(x, fmt, mode, overflow, rng, self.rand_bits, None)
 
+    def round_into(self, x: torch.Tensor) -> None:
+        """Round `x` in place (the values of ``self(x)``, written without a second buffer where a
+        torch cast is the rounding).
+
+        >>> import torch, anynum as an
+        >>> x = torch.tensor([0.3, 1000.0]); Rounder(an.E4M3FN).round_into(x); x.tolist()
+        [0.3125, 448.0]
+        """
+        route = self._routes.get((x.dtype, x.device.type))
+        if route is not None and route.native is not None and not use_fused(x, None):
+            native_round_trip(x, route.native, out=x)  # narrows into a new tensor first: no overlap
+        else:
+            x.copy_(self(x))
+
     # --- tensors known to be on the grid -----------------------------------------------------
     # Rounding a value of the grid gives it back, so a tensor that this grid's rounder has just
     # written needs no second rounding until it changes. "Changes" is read from the tensor's

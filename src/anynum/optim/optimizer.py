@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch._utils import _unflatten_dense_tensors
 
 from anynum.errors import AnynumError
 from anynum.nn.quantizer import NumberLike, Rounder, resolve_number
@@ -30,21 +30,37 @@ _COUNTERS = frozenset({"step"})
 _SAME = "same as momentum"
 
 
-def round_in_place(tensors: list[torch.Tensor], rounder: Rounder) -> None:
-    """Round every tensor onto `rounder`'s grid in place, one quantize call per dtype and device."""
+#: Flat buffers by tensor layout, reused across steps (see `round_in_place`).
+Staging = dict[Any, tuple[torch.Tensor, list[torch.Tensor]]]
+
+
+def round_in_place(tensors: list[torch.Tensor], rounder: Rounder, staging: Staging | None = None) -> None:
+    """Round every tensor onto `rounder`'s grid in place, one quantize call per dtype and device.
+
+    The tensors of a group are rounded as their row-major concatenation (one call, and for
+    stochastic modes one random stream). `staging` keeps the flat buffer of each layout
+    between calls, so a training loop copies in and out with two `_foreach_copy_` calls
+    and rounds the buffer in place, instead of building and splitting a new one each step.
+    """
     groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
     for t in tensors:
         if t.numel():
             groups.setdefault((t.dtype, t.device), []).append(t)
-    for ts in groups.values():
+    for (dtype, device), ts in groups.items():
         if len(ts) == 1:
             ts[0].copy_(rounder(ts[0]))
             continue
-        # One rounding call (and, for stochastic modes, one random stream) over the concatenation;
-        # flatten/unflatten are single C++ calls, where per-tensor reshapes and views cost more
-        # than the rounding itself for the small tensors of a model.
-        flat = rounder(_flatten_dense_tensors(ts))
-        torch._foreach_copy_(ts, _unflatten_dense_tensors(flat, ts))
+        key = (dtype, device, *(t.shape for t in ts))
+        entry = staging.get(key) if staging is not None else None
+        if entry is None:
+            flat = torch.empty(sum(t.numel() for t in ts), dtype=dtype, device=device)
+            entry = (flat, _unflatten_dense_tensors(flat, ts))  # views of flat shaped like ts
+            if staging is not None:
+                staging[key] = entry
+        flat, views = entry
+        torch._foreach_copy_(views, ts)
+        rounder.round_into(flat)
+        torch._foreach_copy_(ts, views)
 
 
 class QuantizedOptimizer:
@@ -129,6 +145,7 @@ class QuantizedOptimizer:
         self.master: dict[torch.Tensor, torch.Tensor] = {}
         self.skipped_last_step = False
         self._scaled = False
+        self._staging: Staging = {}  # see round_in_place
 
     # --- delegation -----------------------------------------------------------------------
     @property
@@ -227,7 +244,7 @@ class QuantizedOptimizer:
             self.skipped_last_step = True
             return loss
         if self.grad is not None:
-            round_in_place(grads, self.grad)
+            round_in_place(grads, self.grad, self._staging)
         if scale != 1.0:
             torch._foreach_mul_(grads, 1.0 / scale)
         if self.master_weights:
@@ -243,11 +260,11 @@ class QuantizedOptimizer:
             for p, m in zip(params, masters):
                 m.copy_(p)
             if self.accumulator is not None:
-                round_in_place(masters, self.accumulator)
+                round_in_place(masters, self.accumulator, self._staging)
             for p, m in zip(params, masters):
                 p.copy_(m)
         if self.weight is not None:
-            round_in_place(params, self.weight)
+            round_in_place(params, self.weight, self._staging)
             for p in params:  # so that the model's own weight rounding can skip them (round_weight)
                 self.weight.mark_on_grid(p)
         self.loss_scale.update(False)
@@ -263,7 +280,7 @@ class QuantizedOptimizer:
             if rounder is not None:
                 groups.setdefault(rounder, []).append(value)
         for rounder, tensors in groups.items():
-            round_in_place(tensors, rounder)
+            round_in_place(tensors, rounder, self._staging)
 
     # --- audit ----------------------------------------------------------------------------
     def grid_checks(self) -> Iterator[tuple[str, str, torch.Tensor, Rounder]]:
