@@ -20,6 +20,7 @@ from anynum.formats.fixed import IntFormat
 from anynum.formats.registry import format as lookup_format
 from anynum.kernels import fused_round, round_to_format, use_fused, working_dtype
 from anynum.kernels.arrays import is_dask_array, is_jax_array, is_jax_tracer, quantize_dask, quantize_jax
+from anynum.kernels.cfloat import cfloat_round_auto
 from anynum.kernels.fused import fused_decode, fused_encode
 from anynum.kernels.native import native_cast_dtype, native_round_trip
 from anynum.rounding import (
@@ -191,8 +192,11 @@ def _quantize_tensor(
     with torch.no_grad():
         xw = x.detach().to(wdt)
         fused = use_fused(xw, rng)
+        y = None if fused else cfloat_round_auto(fmt, xw, mode, overflow)  # the C loop, where it applies
+        if y is not None:
+            pass
         # torch's float8 casts are slower than our fused kernel; its fp16/bf16 casts are not.
-        if native is not None and (not fused or native in (torch.float16, torch.bfloat16)):
+        elif native is not None and (not fused or native in (torch.float16, torch.bfloat16)):
             if out is not None and out.dtype == wdt:
                 return native_round_trip(xw, native, out)  # widens while it writes: no temporary
             y = native_round_trip(xw, native)

@@ -31,6 +31,7 @@ from anynum.formats.posit import Posit
 from anynum.formats.registry import format as lookup_format
 from anynum.formats.table import Table
 from anynum.kernels import compile_mode, fused_round, use_fused, working_dtype
+from anynum.kernels.cfloat import cfloat_params, cfloat_round
 from anynum.kernels.fused import compile_min, has_direct_call
 from anynum.kernels.native import native_cast_dtype, native_round_trip
 from anynum.quantize import _quantize_tensor, check_representable, quantize
@@ -56,12 +57,14 @@ _ON_GRID_ATTR = "_anynum_on_grid"
 class _Route:
     """How one Rounder rounds tensors of one dtype on one device type, resolved on first use."""
 
-    __slots__ = ("direct", "eager", "native", "working")
+    __slots__ = ("cfloat", "direct", "eager", "native", "working")
 
     def __init__(self, rounder: Rounder, x: torch.Tensor) -> None:
         fmt, mode, overflow = rounder.fmt, rounder.mode, rounder.overflow
         rounder.check_dtype(x.dtype)
         self.native = native_cast_dtype(fmt, mode, overflow, x)  # a torch cast that is this rounding
+        cpu = x.device.type == "cpu"
+        self.cfloat = cfloat_params(fmt, mode, overflow, x.dtype) if cpu else None  # the C loop
         key = (fmt, mode, overflow, rounder.rand_bits, x.dtype, x.device.type)
         # compiled kernels are for elementwise formats only: a flattened tensor rounds the same
         self.eager = _eager_elements.setdefault(key, [0]) if isinstance(fmt, _ELEMENTWISE) else None
@@ -175,6 +178,11 @@ class Rounder:
             route = self._routes[(x.dtype, x.device.type)] = _Route(self, x)
         x = x.detach()
         fmt, mode, overflow = self.fmt, self.mode, self.overflow
+        if route.cfloat is not None and compile_mode() == "auto" and not use_fused(x, None, "auto"):
+            y = cfloat_round(x.contiguous(), route.cfloat)
+            if y is not None:
+                return y
+            route.cfloat = None  # no C compiler here: the other paths from now on
         if route.native is not None and not use_fused(x, None):
             return native_round_trip(x, route.native)
         # The generator hands out one fresh seed per call, so successive calls are independent.
@@ -201,7 +209,12 @@ class Rounder:
         [0.3125, 448.0]
         """
         route = self._routes.get((x.dtype, x.device.type))
-        if route is not None and route.native is not None and not use_fused(x, None):
+        if route is None or not x.is_contiguous() or use_fused(x, None):
+            x.copy_(self(x))
+        elif route.cfloat is not None and compile_mode() == "auto":
+            if cfloat_round(x, route.cfloat, x) is None:  # elementwise: read before written
+                x.copy_(self(x))
+        elif route.native is not None:
             native_round_trip(x, route.native, out=x)  # narrows into a new tensor first: no overlap
         else:
             x.copy_(self(x))
@@ -230,7 +243,7 @@ class Rounder:
         >>> r, w = Rounder(an.BF16), torch.tensor([1.0, 2.0])
         >>> r.mark_on_grid(w); r.is_identity_on(w)
         True
-        >>> w.add_(1e-3); r.is_identity_on(w)
+        >>> _ = w.add_(1e-3); r.is_identity_on(w)
         False
         """
         tag = getattr(t, _ON_GRID_ATTR, None)
@@ -249,7 +262,10 @@ class Rounder:
             ok |= torch.isnan(xd)
         return ok
 
-    # Generators are plain state; pickling/deepcopy keep the stream position.
+    # Generators are plain state; pickling/deepcopy keep the stream position. Routes are caches.
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_routes": {}}
+
     def state_dict(self) -> dict[str, Any]:
         return {str(d): g.get_state() for d, g in self._generators.items()}
 
