@@ -2,16 +2,19 @@
 
 Quantized step: weights and activations E4M3FN, errors E5M2, gradients BF16
 (weight/grad/momentum through QuantizedOptimizer), all round-to-nearest; and
-the same with stochastic rounding of errors and gradients. Repetitions are
+the same with stochastic rounding of errors and gradients; and, where `qtorch`
+is installed (``pip install -e '.[bench]'``), QPyTorch's own QAT step for the
+same numbers at the same places (its Quantizer and OptimLP). Repetitions are
 interleaved (fp32, QAT, QAT-SR, fp32, ...) and medians compared, because the
 machine is shared and noisy. Prints ratios, never lone absolute times.
 
-It measures the steady state of a training run: the warm-up steps (100 by
-default) let every rounding kernel reach the point where `anynum.nn` switches
-it to its compiled form (after ANYNUM_COMPILE_MIN elements; the smallest
-category here, the SR gradients, rounds 3658 per step), so the one-off compile
-falls in the warm-up, whose length is printed. ANYNUM_COMPILE=0 measures the
-eager kernels instead.
+It measures the steady state of a training run. Round-to-nearest float formats
+go through the C loop (`anynum.kernels.cfloat`, built once per machine) from the
+first call; stochastic kernels switch to their compiled form once they have
+rounded ANYNUM_COMPILE_MIN elements (the smallest category here, the SR
+gradients, rounds 3658 per step), so the warm-up steps (100 by default, their
+length printed) hold those one-off builds. ANYNUM_COMPILE=0 measures the eager
+kernels and torch's casts instead.
 
 Run: python benchmarks/bench_qat.py [--reps N] [--inner K] [--warmup W] [--threads T]
 """
@@ -44,6 +47,53 @@ class CNN(nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
+class QPyTorchCNN(CNN):
+    """The same CNN with QPyTorch `Quantizer`s at the inputs of the same six layers."""
+
+    def __init__(self, quant: nn.Module) -> None:
+        super().__init__()
+        self.quant = quant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.quant
+        x = self.pool1(q(torch.relu(self.conv1(q(x.view(-1, 1, 8, 8))))))
+        x = self.pool2(q(torch.relu(self.conv2(q(x)))))
+        return self.fc2(q(torch.relu(self.fc1(q(x.flatten(1))))))
+
+
+def qpytorch_setup() -> tuple[nn.Module, object] | None:
+    """QPyTorch's QAT step for the same numbers (W e4m3 via OptimLP, A e4m3, E e5m2, G/M bf16), if installed.
+
+    QPyTorch's floats differ in detail (no inf/NaN, one more binade, ties away: PEERS.md); the
+    work per element is the same kind. It rounds weights only in OptimLP, never at forward.
+    """
+    try:
+        from qtorch import FloatingPoint
+        from qtorch.optim import OptimLP
+        from qtorch.quant import Quantizer, float_quantize
+    except ImportError:
+        return None
+
+    def number(exp: int, man: int):  # type: ignore[no-untyped-def]
+        return lambda t: float_quantize(t, exp=exp, man=man, rounding="nearest")
+
+    quant = Quantizer(
+        forward_number=FloatingPoint(exp=4, man=3),
+        backward_number=FloatingPoint(exp=5, man=2),
+        forward_rounding="nearest",
+        backward_rounding="nearest",
+    )
+    torch.manual_seed(0)
+    m = QPyTorchCNN(quant)
+    opt = OptimLP(
+        torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
+        weight_quant=number(4, 3),
+        grad_quant=number(8, 7),
+        momentum_quant=number(8, 7),
+    )
+    return m, opt
+
+
 def setups() -> dict[str, tuple[nn.Module, object]]:
     out: dict[str, tuple[nn.Module, object]] = {}
     torch.manual_seed(0)
@@ -59,6 +109,9 @@ def setups() -> dict[str, tuple[nn.Module, object]]:
             weight="e4m3fn", grad=("bf16", rounding), momentum="bf16", seed=2,
         )
         out[name] = (m, opt)
+    peer = qpytorch_setup()
+    if peer is not None:
+        out["qpytorch"] = peer
     return out
 
 
@@ -102,6 +155,7 @@ def main() -> None:
         "fp32": "fp32 (torch SGD)",
         "qat": "QAT nearest (W/A e4m3fn, E e5m2)",
         "qat_sr": "QAT, SR errors and grads",
+        "qpytorch": "QPyTorch QAT nearest, same numbers",
     }
     for name in runs:
         ratio, best = statistics.median(times[name]) / base, min(times[name]) / min(times["fp32"])

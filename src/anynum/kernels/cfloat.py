@@ -258,8 +258,20 @@ def cfloat_round_auto(fmt: Format, x: torch.Tensor, mode: Rounding, overflow: st
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("ANYNUM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "anynum")
-    return Path(root)
+    """``$ANYNUM_CACHE_DIR``, else ``~/.cache/anynum``, else (not writable) a private temporary one."""
+    configured = os.environ.get("ANYNUM_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    home = Path(os.path.expanduser("~")) / ".cache" / "anynum"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        if os.access(home, os.W_OK):
+            return home
+    except OSError:
+        pass
+    private = Path(tempfile.gettempdir()) / f"anynum-cache-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    private.mkdir(mode=0o700, exist_ok=True)
+    return private
 
 
 def _cpu_features() -> str:

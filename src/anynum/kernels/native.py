@@ -18,7 +18,7 @@ from anynum.formats import floating as fl
 from anynum.formats.base import Format
 from anynum.rounding import Rounding
 
-__all__ = ["FLOAT8_DTYPES", "native_cast_dtype", "native_round_trip"]
+__all__ = ["native_cast_dtype", "native_round_trip"]
 
 
 @functools.cache
@@ -52,7 +52,7 @@ def native_cast_dtype(fmt: Format, mode: Rounding, overflow: str, x: torch.Tenso
 
 
 #: torch's float8 dtypes (those this torch build has).
-FLOAT8_DTYPES = tuple(
+_FLOAT8 = tuple(
     getattr(torch, name)
     for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
     if hasattr(torch, name)
@@ -84,7 +84,7 @@ def native_round_trip(x: torch.Tensor, native: torch.dtype, out: torch.Tensor | 
     [0.3125, -448.0, nan]
     """
     narrow = x.to(native)
-    if native not in FLOAT8_DTYPES or x.numel() < _FAST_WIDEN_MIN:
+    if native not in _FLOAT8 or x.numel() < _FAST_WIDEN_MIN:
         return narrow.to(x.dtype) if out is None else out.copy_(narrow)
     if native == torch.float8_e5m2:
         wide = (narrow.view(torch.uint8).to(torch.int16) << 8).view(torch.float16)
