@@ -40,6 +40,7 @@ import torch
 from anynum.formats.base import Format
 from anynum.formats.floating import FloatFormat
 from anynum.kernels.fused import compile_mode
+from anynum.kernels.native import float32_cast_dtype
 from anynum.rounding import Rounding
 
 __all__ = ["CFloatParams", "cfloat_params", "cfloat_round", "cfloat_round_auto"]
@@ -60,6 +61,7 @@ typedef struct {
     int32_t negative_zero; /* the format has -0 */
     int32_t is_signed;
     int32_t overflow;      /* 0 saturate, 1 inf, 2 nan */
+    int32_t recip;         /* every grid step of a finite input is a normal power of two <= 2**126 */
     float step_scale;      /* 2**-man_bits */
     float step_min;        /* 2**max(emin - man_bits, -149) */
     float smallest_normal;
@@ -70,6 +72,17 @@ static inline float binade_of(float a) {
     uint32_t b;
     memcpy(&b, &a, 4);
     b &= 0x7F800000u;
+    float r;
+    memcpy(&r, &b, 4);
+    return r;
+}
+
+/* 1/step from the bits of a normal power of two in [2**-126, 2**126]: exact, and a multiply
+   by it rounds like the division (both round the same exact quotient). */
+static inline float reciprocal(float step) {
+    uint32_t b;
+    memcpy(&b, &step, 4);
+    b = 0x7F000000u - b;
     float r;
     memcpy(&r, &b, 4);
     return r;
@@ -108,7 +121,7 @@ static inline float finish(float x, float r, float step, int beyond, const anynu
     float r = copysignf(lo + ((AWAY) ? 1.0f : 0.0f), s);
 
 /* q: a local copy of the parameters, so that stores to ys cannot alias them */
-#define LOOP(NAME, ROUND, BEYOND, COMMON)                                                  \
+#define LOOP(NAME, ROUND, BEYOND, COMMON, RECIP)                                           \
     static void NAME(const float *xs, float *ys, int64_t n,                              \
                      const anynum_params *params) {                                      \
         const anynum_params q = *params;                                                  \
@@ -116,7 +129,7 @@ static inline float finish(float x, float r, float step, int beyond, const anynu
         for (int64_t i = 0; i < n; i++) {                                                 \
             float x = xs[i];                                                              \
             float step = grid_step(fabsf(x), p);                                          \
-            float s = x / step;                                                           \
+            float s = RECIP ? x * reciprocal(step) : x / step;                            \
             ROUND                                                                         \
             int x_inf = fabsf(x) == INFINITY;                                             \
             (void)x_inf;                                                                  \
@@ -124,9 +137,10 @@ static inline float finish(float x, float r, float step, int beyond, const anynu
         }                                                                                 \
     }
 
-#define MODE(NAME, ROUND, BEYOND)              \
-    LOOP(NAME##_common, ROUND, BEYOND, 1)      \
-    LOOP(NAME##_any, ROUND, BEYOND, 0)
+#define MODE(NAME, ROUND, BEYOND)                  \
+    LOOP(NAME##_common, ROUND, BEYOND, 1, 0)       \
+    LOOP(NAME##_common_recip, ROUND, BEYOND, 1, 1) \
+    LOOP(NAME##_any, ROUND, BEYOND, 0, 0)
 
 MODE(round_even, float r = rintf(s);, 1)
 MODE(round_zero, float r = truncf(s);, x_inf)
@@ -136,8 +150,11 @@ MODE(round_away, MAGNITUDE(f >= 0.5f), 1)
 MODE(round_nearest_zero, MAGNITUDE(f > 0.5f), 1)
 MODE(round_odd, MAGNITUDE(f > 0.0f && lo * 0.5f == floorf(lo * 0.5f)), x_inf)
 
-#define DISPATCH(NAME) \
-    if (common) NAME##_common(xs, ys, n, p); else NAME##_any(xs, ys, n, p); break;
+#define DISPATCH(NAME)                                  \
+    if (!common) NAME##_any(xs, ys, n, p);              \
+    else if (p->recip) NAME##_common_recip(xs, ys, n, p); \
+    else NAME##_common(xs, ys, n, p);                   \
+    break;
 
 void anynum_round_float32(const float *xs, float *ys, int64_t n, int32_t mode, const anynum_params *p) {
     int common = p->zero && p->is_signed;
@@ -175,6 +192,7 @@ class _Params(ctypes.Structure):
         ("negative_zero", ctypes.c_int32),
         ("is_signed", ctypes.c_int32),
         ("overflow", ctypes.c_int32),
+        ("recip", ctypes.c_int32),
         ("step_scale", ctypes.c_float),
         ("step_min", ctypes.c_float),
         ("smallest_normal", ctypes.c_float),
@@ -195,6 +213,9 @@ class CFloatParams:
             negative_zero=int(fmt.has_negative_zero),
             is_signed=int(fmt.signed),
             overflow=_OVERFLOW[overflow],
+            # steps range over [2**max(emin - man_bits, -149), 2**(127 - man_bits)] (and the
+            # smallest normal when flushing); their reciprocals are exact if all are normal and <= 2**126
+            recip=int(fmt.emin - fmt.man_bits >= -126 and fmt.man_bits >= 1 and fmt.emin >= -126),
             step_scale=2.0**-fmt.man_bits,
             step_min=2.0 ** max(fmt.emin - fmt.man_bits, -149),
             smallest_normal=fmt.smallest_normal,
@@ -218,6 +239,8 @@ def cfloat_params(fmt: Format, mode: Rounding, overflow: str, dtype: torch.dtype
         or fmt.man_bits > 23
         or mode not in _MODES
         or overflow not in _OVERFLOW
+        # torch's fp16/bf16 casts are vectorised and faster than this loop (its float8 casts are not)
+        or float32_cast_dtype(fmt, mode, overflow) in (torch.float16, torch.bfloat16)
     ):
         return None
     return CFloatParams(fmt, mode, overflow)

@@ -18,7 +18,7 @@ from anynum.formats import floating as fl
 from anynum.formats.base import Format
 from anynum.rounding import Rounding
 
-__all__ = ["native_cast_dtype", "native_round_trip"]
+__all__ = ["float32_cast_dtype", "native_cast_dtype", "native_round_trip"]
 
 
 @functools.cache
@@ -46,9 +46,19 @@ def native_cast_dtype(fmt: Format, mode: Rounding, overflow: str, x: torch.Tenso
     >>> native_cast_dtype(an.BF16, Rounding.NEAREST_EVEN, "inf", torch.ones(2))
     torch.bfloat16
     """
-    if mode is not Rounding.NEAREST_EVEN or x.dtype != torch.float32 or x.device.type != "cpu":
+    if x.dtype != torch.float32 or x.device.type != "cpu":
         return None
-    return _table().get((fmt, overflow))
+    return float32_cast_dtype(fmt, mode, overflow)
+
+
+def float32_cast_dtype(fmt: Format, mode: Rounding, overflow: str) -> torch.dtype | None:
+    """`native_cast_dtype` for float32 CPU tensors.
+
+    >>> import anynum as an
+    >>> float32_cast_dtype(an.E5M2, Rounding.NEAREST_EVEN, "inf")
+    torch.float8_e5m2
+    """
+    return _table().get((fmt, overflow)) if mode is Rounding.NEAREST_EVEN else None
 
 
 #: torch's float8 dtypes (those this torch build has).
