@@ -192,9 +192,18 @@ def _quantize_tensor(
     with torch.no_grad():
         xw = x.detach().to(wdt)
         fused = use_fused(xw, rng)
-        y = None if fused else cfloat_round_auto(fmt, xw, mode, overflow)  # the C loop, where it applies
+        into = (
+            out is not None
+            and out.dtype == wdt
+            and out.is_contiguous()
+            and _can_write_in_loop(xw, out, mode, rand_bits)
+        )
+        # the C loop, where it applies (float formats, deterministic modes, float32 CPU)
+        y = None if fused else cfloat_round_auto(fmt, xw, mode, overflow, out if into else None)
+        if y is not None and y is out:
+            return out
         if y is not None:
-            pass
+            pass  # the C loop's result, widened and copied below
         # torch's float8 casts are slower than our fused kernel; its fp16/bf16 casts are not.
         elif native is not None and (not fused or native in (torch.float16, torch.bfloat16)):
             if out is not None and out.dtype == wdt:

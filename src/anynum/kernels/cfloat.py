@@ -269,15 +269,18 @@ def cfloat_round(
     return y
 
 
-def cfloat_round_auto(fmt: Format, x: torch.Tensor, mode: Rounding, overflow: str) -> torch.Tensor | None:
+def cfloat_round_auto(
+    fmt: Format, x: torch.Tensor, mode: Rounding, overflow: str, out: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """`x` (working dtype) rounded by the C loop where it applies and ``ANYNUM_COMPILE`` is "auto", else None.
 
-    Callers check first that `x` is below the compiled path's size (`use_fused`).
+    Callers check first that `x` is below the compiled path's size (`use_fused`). `out`, if
+    given, must be contiguous, of x's dtype, and either x itself or not overlapping it.
     """
     if x.device.type != "cpu" or compile_mode() != "auto":
         return None
     params = cfloat_params(fmt, mode, overflow, x.dtype)
-    return None if params is None else cfloat_round(x.contiguous(), params)
+    return None if params is None else cfloat_round(x.contiguous(), params, out)
 
 
 def _cache_dir() -> Path:
