@@ -9,6 +9,7 @@ with ``ANYNUM_HYPOTHESIS_PROFILE=thorough pytest ...``.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -150,3 +151,31 @@ def eager_only(monkeypatch):
     """
     if os.environ.get("ANYNUM_TEST_FUSED") != "1":
         monkeypatch.setenv("ANYNUM_COMPILE", "0")
+
+
+@pytest.fixture(scope="session")
+def float32_probe() -> torch.Tensor:
+    """Float32 inputs for bit-exact kernel comparisons: every float16 and bfloat16 pattern, random
+    bit patterns, values spread over the whole float32 range (subnormals included) and specials."""
+    g = torch.Generator().manual_seed(0)
+    all16 = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16)
+    raw = torch.randint(-(2**31), 2**31 - 1, (200_000,), generator=g, dtype=torch.int64)
+    dense = torch.randn(200_000, generator=g) * torch.exp2(
+        torch.randint(-30, 20, (200_000,), generator=g).float()
+    )
+    spread = torch.randn(100_000, generator=g) * torch.exp2(
+        torch.randint(-150, 128, (100_000,), generator=g).float()
+    )
+    special = [0.0, -0.0, math.inf, -math.inf, math.nan, 448.0, 464.0, 480.0, 57344.0, 61440.0, 65504.0]
+    special += [65520.0, 2.0**-18, 2.0**-25, 2.0**-126, 2.0**-149, -(2.0**-149), 3.4028234663852886e38]
+    special += [2.0**-9 * 1.5, -(2.0**-10)]
+    return torch.cat(
+        [
+            all16.view(torch.float16).float(),
+            all16.view(torch.bfloat16).float(),
+            raw.to(torch.int32).view(torch.float32),
+            dense,
+            spread,
+            torch.tensor(special),
+        ]
+    )

@@ -11,44 +11,6 @@ from anynum.kernels.native import native_cast_dtype
 from anynum.rounding import Rounding
 
 
-def _probe() -> torch.Tensor:
-    """Every float16 and bfloat16 pattern, random bit patterns, dense random values, specials."""
-    g = torch.Generator().manual_seed(0)
-    all16 = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16)
-    raw = torch.randint(-(2**31), 2**31 - 1, (200_000,), generator=g, dtype=torch.int64)
-    dense = torch.randn(200_000, generator=g) * torch.exp2(
-        torch.randint(-30, 20, (200_000,), generator=g).float()
-    )
-    special = torch.tensor(
-        [
-            0.0,
-            -0.0,
-            float("inf"),
-            -float("inf"),
-            float("nan"),
-            448.0,
-            464.0,
-            480.0,
-            57344.0,
-            61440.0,
-            65504.0,
-            65520.0,
-            2.0**-18,
-            2.0**-25,
-            -(2.0**-149),
-        ]
-    )
-    return torch.cat(
-        [
-            all16.view(torch.float16).float(),
-            all16.view(torch.bfloat16).float(),
-            raw.to(torch.int32).view(torch.float32),
-            dense,
-            special,
-        ]
-    )
-
-
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     same = (a.view(torch.int32) == b.view(torch.int32)) | (torch.isnan(a) & torch.isnan(b))
     return bool(same.all())
@@ -66,8 +28,10 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     ],
     ids=repr,
 )
-def test_native_cast_equals_reference_kernel(fmt: an.Format, overflow: str) -> None:
-    x = _probe()
+def test_native_cast_equals_reference_kernel(
+    fmt: an.Format, overflow: str, float32_probe: torch.Tensor
+) -> None:
+    x = float32_probe
     native = native_cast_dtype(fmt, Rounding.NEAREST_EVEN, overflow, x)
     assert native is not None
     ref = round_to_format(fmt, x, Rounding.NEAREST_EVEN, overflow, None, None)
@@ -87,14 +51,14 @@ def test_shortcut_not_used_where_it_would_differ() -> None:
 
 
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"])
-def test_float8_fast_widening_equals_torch(name: str) -> None:
+def test_float8_fast_widening_equals_torch(name: str, float32_probe: torch.Tensor) -> None:
     from anynum.kernels.native import _FAST_WIDEN_MIN, native_round_trip
 
     dtype = getattr(torch, name, None)
     if dtype is None:
         pytest.skip(f"torch has no {name}")
     every_code = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
-    probe = _probe()
+    probe = float32_probe
 
     def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:  # NaN payloads included
         return torch.equal(a.view(torch.int32), b.view(torch.int32))
