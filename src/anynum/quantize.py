@@ -192,12 +192,7 @@ def _quantize_tensor(
     with torch.no_grad():
         xw = x.detach().to(wdt)
         fused = use_fused(xw, rng)
-        into = (
-            out is not None
-            and out.dtype == wdt
-            and out.is_contiguous()
-            and _can_write_in_loop(xw, out, mode, rand_bits)
-        )
+        into = out is not None and out.dtype == wdt and _can_write_in_loop(xw, out, mode, rand_bits)
         # the C loop, where it applies (float formats, deterministic modes, float32 CPU)
         y = None if fused else cfloat_round_auto(fmt, xw, mode, overflow, out if into else None)
         if y is not None and y is out:

@@ -81,6 +81,18 @@ def test_c_loop_writes_into_out_and_in_place(float32_probe: torch.Tensor) -> Non
     cfloat_round(inplace, params, inplace)
     assert _same(inplace, want)
     assert cfloat_round(torch.empty(0), params) is not None
+    # Layouts: channels-last is walked as it lies and kept; a transposed view is made row-major;
+    # an out= of other strides is written through a temporary.
+    n = x.numel() // 96 * 96
+    nchw = x[:n].view(-1, 4, 4, 6)
+    want4 = want[:n].view(-1, 4, 4, 6)
+    cl = nchw.contiguous(memory_format=torch.channels_last)
+    y = cfloat_round(cl, params)
+    assert y is not None and y.stride() == cl.stride() and _same(y.contiguous(), want4)
+    y = cfloat_round(nchw.transpose(1, 3), params)
+    assert y is not None and y.is_contiguous() and _same(y, want4.transpose(1, 3).contiguous())
+    out_cl = torch.empty_like(cl)
+    assert cfloat_round(nchw, params, out_cl) is out_cl and _same(out_cl.contiguous(), want4)
 
 
 def test_what_the_c_loop_does_not_cover() -> None:

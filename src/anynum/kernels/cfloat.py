@@ -246,14 +246,21 @@ def cfloat_params(fmt: Format, mode: Rounding, overflow: str, dtype: torch.dtype
     return CFloatParams(fmt, mode, overflow)
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """Whether `t`'s elements fill its storage span in some order the loop may walk (row-major or
+    channels-last): an elementwise loop over that span, with an output of the same strides, is right."""
+    return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
+
+
 def cfloat_round(
     x: torch.Tensor, params: CFloatParams, out: torch.Tensor | None = None
 ) -> torch.Tensor | None:
-    """Round contiguous float32 CPU `x` with the C loop (into `out`, contiguous, if given).
+    """Round float32 CPU `x` with the C loop (into `out`, if given).
 
-    Returns None when the library cannot be had (no compiler): use another path.
-    NaN stays NaN; ±inf and overflow follow the overflow policy exactly as
-    `anynum.quantize` does.
+    The result keeps a row-major or channels-last layout of `x` (other layouts are made
+    row-major first). `out` may be `x` itself or a tensor not overlapping it. Returns None
+    when the library cannot be had (no compiler): use another path. NaN stays NaN; ±inf
+    and overflow follow the overflow policy exactly as `anynum.quantize` does.
 
     >>> import anynum as an
     >>> p = cfloat_params(an.E4M3FN, Rounding.NEAREST_EVEN, "saturate", torch.float32)
@@ -264,6 +271,11 @@ def cfloat_round(
     lib = _library()
     if lib is None:
         return None
+    if not _dense(x):
+        x = x.contiguous()
+    if out is not None and out.stride() != x.stride():  # a layout the loop cannot write in step
+        y = cfloat_round(x, params)
+        return None if y is None else out.copy_(y)
     y = torch.empty_like(x) if out is None else out
     lib.anynum_round_float32(x.data_ptr(), y.data_ptr(), x.numel(), params.mode, params.struct)
     return y
@@ -275,12 +287,12 @@ def cfloat_round_auto(
     """`x` (working dtype) rounded by the C loop where it applies and ``ANYNUM_COMPILE`` is "auto", else None.
 
     Callers check first that `x` is below the compiled path's size (`use_fused`). `out`, if
-    given, must be contiguous, of x's dtype, and either x itself or not overlapping it.
+    given, must be of x's dtype, and either x itself or not overlapping it.
     """
     if x.device.type != "cpu" or compile_mode() != "auto":
         return None
     params = cfloat_params(fmt, mode, overflow, x.dtype)
-    return None if params is None else cfloat_round(x.contiguous(), params, out)
+    return None if params is None else cfloat_round(x, params, out)
 
 
 def _cache_dir() -> Path:

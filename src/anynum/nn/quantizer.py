@@ -179,7 +179,7 @@ class Rounder:
         x = x.detach()
         fmt, mode, overflow = self.fmt, self.mode, self.overflow
         if route.cfloat is not None and compile_mode() == "auto" and not use_fused(x, None, "auto"):
-            y = cfloat_round(x.contiguous(), route.cfloat)
+            y = cfloat_round(x, route.cfloat)
             if y is not None:
                 return y
             route.cfloat = None  # no C compiler here: the other paths from now on
@@ -209,12 +209,12 @@ class Rounder:
         [0.3125, 448.0]
         """
         route = self._routes.get((x.dtype, x.device.type))
-        if route is None or not x.is_contiguous() or use_fused(x, None):
+        if route is None or use_fused(x, None):
             x.copy_(self(x))
         elif route.cfloat is not None and compile_mode() == "auto":
             if cfloat_round(x, route.cfloat, x) is None:  # elementwise: read before written
                 x.copy_(self(x))
-        elif route.native is not None:
+        elif route.native is not None and x.is_contiguous():
             native_round_trip(x, route.native, out=x)  # narrows into a new tensor first: no overlap
         else:
             x.copy_(self(x))
