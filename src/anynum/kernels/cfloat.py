@@ -16,7 +16,7 @@ the reference bit for bit (tests/kernels/test_cfloat.py compares them on every
 float16 and bfloat16 pattern, random float32 bit patterns and special values,
 for every deterministic mode, overflow policy and many formats).
 
-The library is built with the C compiler (``$CC``, else ``cc``) for this CPU
+The library is built with the C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) for this CPU
 (``-march=native``) into ``$ANYNUM_CACHE_DIR`` (default ``~/.cache/anynum``),
 keyed by a hash of the source, compiler and CPU features. No compiler, or a
 failed build, warns once and leaves the callers on their other paths;
@@ -30,6 +30,7 @@ import functools
 import hashlib
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -338,7 +339,8 @@ def _build(compiler: str, target: Path, native: bool) -> None:
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    compiler = os.environ.get("CC", "cc")
+    found = (shutil.which(c) for c in ("cc", "gcc", "clang"))
+    compiler = os.environ.get("CC") or next((c for c in found if c), "cc")
     identity = f"{_SOURCE}|{compiler}|{platform.machine()}|{sys.platform}|{_cpu_features()}"
     target = _cache_dir() / f"cfloat-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.so"
     try:
