@@ -224,6 +224,17 @@ def test_weights_the_optimizer_keeps_on_the_grid_are_not_rounded_again(monkeypat
     calls.clear()
     model(x)
     assert len(calls) == 4
+    # New data keeps the version counter: the storage address and dtype give it away.
+    opt.step()
+    calls.clear()
+    stored.data = stored.data.clone()
+    model(x)
+    assert calls == [(4, 5)]
+    opt.step()
+    calls.clear()
+    model.double()
+    model(x.double())
+    assert len(calls) == 4
 
 
 def test_only_an_identical_deterministic_grid_skips_rounding():

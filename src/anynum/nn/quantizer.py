@@ -50,8 +50,18 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _eager_elements: dict[tuple[Any, ...], list[int]] = {}
 #: Families whose rounding is elementwise, so a flattened tensor rounds the same (Block is not).
 _ELEMENTWISE = (FloatFormat, UniformFormat, Posit, Table)
-#: Tensor attribute holding ``(grid key, tensor._version)`` of the last `Rounder.mark_on_grid`.
+#: Tensor attribute holding the `_grid_tag` of the last `Rounder.mark_on_grid`.
 _ON_GRID_ATTR = "_anynum_on_grid"
+
+
+def _grid_tag(t: torch.Tensor, rounder: Rounder) -> tuple[Any, ...]:
+    """What `Rounder.mark_on_grid` records: the grid, and the tensor's state as autograd tracks it.
+
+    The version counter moves with every in-place write; the storage address and dtype move
+    when the tensor is given new data (``p.data = ...``, ``module.half()``), which keeps the
+    version.
+    """
+    return (rounder.fmt, rounder.overflow, t._version, t.data_ptr(), t.dtype)
 
 
 class _Route:
@@ -231,7 +241,7 @@ class Rounder:
         formats are recorded (re-rounding a block format can pick another scale).
         """
         if isinstance(self.fmt, _ELEMENTWISE):
-            setattr(t, _ON_GRID_ATTR, ((self.fmt, self.overflow), t._version))
+            setattr(t, _ON_GRID_ATTR, _grid_tag(t, self))
 
     def is_identity_on(self, t: torch.Tensor) -> bool:
         """Whether rounding `t` now would return it unchanged because it is marked on this grid.
@@ -247,11 +257,7 @@ class Rounder:
         False
         """
         tag = getattr(t, _ON_GRID_ATTR, None)
-        return (
-            tag is not None
-            and not self.mode.is_stochastic
-            and tag == ((self.fmt, self.overflow), t._version)
-        )
+        return tag is not None and not self.mode.is_stochastic and tag == _grid_tag(t, self)
 
     def on_grid(self, x: torch.Tensor) -> torch.Tensor:
         """Boolean mask: True where `x` is a value of the format (NaN counts if the format has NaN)."""
