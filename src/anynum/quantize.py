@@ -193,19 +193,18 @@ def _quantize_tensor(
         xw = x.detach().to(wdt)
         fused = use_fused(xw, rng)
         into = out is not None and out.dtype == wdt and _can_write_in_loop(xw, out, mode, rand_bits)
-        # the C loop, where it applies (float formats, deterministic modes, float32 CPU)
+        # The C loop, where it applies (float formats, deterministic modes, float32 CPU, small).
         y = None if fused else cfloat_round_auto(fmt, xw, mode, overflow, out if into else None)
-        if y is not None and y is out:
-            return out
         if y is not None:
-            pass  # the C loop's result, widened and copied below
+            if y is out:
+                return out
         # torch's float8 casts are slower than our fused kernel; its fp16/bf16 casts are not.
         elif native is not None and (not fused or native in (torch.float16, torch.bfloat16)):
             if out is not None and out.dtype == wdt:
                 return native_round_trip(xw, native, out)  # widens while it writes: no temporary
             y = native_round_trip(xw, native)
         elif fused:
-            if out is not None and out.dtype == wdt and _can_write_in_loop(xw, out, mode, rand_bits):
+            if into:
                 return fused_round(fmt, xw, mode, overflow, rng, rand_bits, out)
             y = fused_round(fmt, xw, mode, overflow, rng, rand_bits)
         else:

@@ -39,7 +39,6 @@ __all__ = [
     "fused_decode",
     "fused_encode",
     "fused_round",
-    "has_direct_call",
     "own_code",
     "run_compiled",
     "static_ints",
@@ -245,13 +244,6 @@ class CompiledKernel:
                 self._plan = _plan(*self._captured, args)
                 self._captured = None
             return out
-
-
-def has_direct_call(
-    fmt: Format, mode: Rounding, overflow: str, rand_bits: int | None, dtype: torch.dtype
-) -> bool:
-    """Whether the compiled kernel `fused_round` uses for these arguments calls its graph directly."""
-    return _compiled(fmt, mode, overflow, rand_bits, dtype, False)._plan is not None
 
 
 def static_ints(compiled: Callable[..., Any]) -> Callable[..., Any]:

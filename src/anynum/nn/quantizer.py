@@ -32,7 +32,7 @@ from anynum.formats.registry import format as lookup_format
 from anynum.formats.table import Table
 from anynum.kernels import compile_mode, fused_round, use_fused, working_dtype
 from anynum.kernels.cfloat import cfloat_params, cfloat_round
-from anynum.kernels.fused import compile_min, has_direct_call
+from anynum.kernels.fused import compile_min
 from anynum.kernels.native import native_cast_dtype, native_round_trip
 from anynum.quantize import _quantize_tensor, check_representable, quantize
 from anynum.rounding import Rounding, RoundingLike, make_random_source, parse_rounding
@@ -67,7 +67,7 @@ def _grid_tag(t: torch.Tensor, rounder: Rounder) -> tuple[Any, ...]:
 class _Route:
     """How one Rounder rounds tensors of one dtype on one device type, resolved on first use."""
 
-    __slots__ = ("cfloat", "direct", "eager", "native", "working")
+    __slots__ = ("cfloat", "eager", "native", "working")
 
     def __init__(self, rounder: Rounder, x: torch.Tensor) -> None:
         fmt, mode, overflow = rounder.fmt, rounder.mode, rounder.overflow
@@ -79,7 +79,6 @@ class _Route:
         # compiled kernels are for elementwise formats only: a flattened tensor rounds the same
         self.eager = _eager_elements.setdefault(key, [0]) if isinstance(fmt, _ELEMENTWISE) else None
         self.working = working_dtype(fmt, x.dtype)
-        self.direct = False  # whether the compiled kernel has a graph called without dynamo
 
     def compiled_is_due(self, numel: int) -> bool:
         """Whether a call of `numel` elements should run compiled (and count it if not)."""
@@ -202,12 +201,8 @@ class Rounder:
             # bits are addressed by row-major index, which flattening keeps. detach() makes the
             # view a plain tensor: dynamo guards on a view's base strides and recompiles per shape.
             xw = x.to(route.working).reshape(-1).detach()
-            if not route.direct:
-                torch._dynamo.maybe_mark_dynamic(xw, 0)  # compile for any size at once
-            y = fused_round(fmt, xw, mode, overflow, rng, self.rand_bits).view(x.shape).to(x.dtype)
-            if not route.direct:
-                route.direct = has_direct_call(fmt, mode, overflow, self.rand_bits, xw.dtype)
-            return y
+            torch._dynamo.maybe_mark_dynamic(xw, 0)  # compile for any size at once, not per size first
+            return fused_round(fmt, xw, mode, overflow, rng, self.rand_bits).view(x.shape).to(x.dtype)
         return _quantize_tensor(x, fmt, mode, overflow, rng, self.rand_bits, None)
 
     def round_into(self, x: torch.Tensor) -> None:
