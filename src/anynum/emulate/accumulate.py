@@ -50,14 +50,15 @@ from anynum.formats.registry import format as lookup_format
 from anynum.mc.eft import two_prod, two_sum
 from anynum.rounding import RoundingLike, parse_rounding
 
-__all__ = ["ORDERS", "Accumulation", "Accumulator", "matmul", "native_sequential"]
+__all__ = ["ORDERS", "Accumulation", "Accumulator", "matmul", "native_sequential", "significant_bits"]
 
 #: The named orders; an int k >= 1 is the third kind.
 ORDERS = ("sequential", "pairwise")
 
 _F64 = torch.float64
 
-#: Hook for a native sequential kernel: ``f(a, b, grid, fma) -> float64 tensor or None``.
+#: Hook for a native sequential kernel: ``f(a, b, grid, fma, exact) -> float64 tensor or None``
+#: (`exact`: every product is exact in float64).
 #: None (or a None result) runs the torch reference loop.
 native_sequential: list[Callable[..., torch.Tensor | None] | None] = [None]
 
@@ -189,7 +190,7 @@ class Accumulator:
         if kind == "quire":
             return exact_dot(a, b)
         assert self.grid is not None
-        self._exact = _bits_needed(a) + _bits_needed(b) <= 53  # products exact in float64
+        self._exact = significant_bits(a) + significant_bits(b) <= 53  # products exact in float64
         order = self.spec.order
         if order == "sequential":
             s = self._sequential(a, b)
@@ -231,7 +232,7 @@ class Accumulator:
         assert self.grid is not None
         native = native_sequential[0]
         if native is not None:
-            res = native(a, b, self.grid, self.spec.fma)
+            res = native(a, b, self.grid, self.spec.fma, self._exact)
             if res is not None:
                 return res
         s: torch.Tensor | None = None
@@ -371,8 +372,12 @@ class Accumulator:
         return out.round(acc).reshape(out_shape)
 
 
-def _bits_needed(x: torch.Tensor) -> int:
-    """Significant bits of the widest element of x (0 for an all-zero or empty tensor)."""
+def significant_bits(x: torch.Tensor) -> int:
+    """Significant bits of the widest finite element of x (0 for an all-zero or empty tensor).
+
+    >>> significant_bits(torch.tensor([1.5, 0.75, 3.0]))
+    2
+    """
     if x.numel() == 0:
         return 0
     m, _ = torch.frexp(x[torch.isfinite(x)])

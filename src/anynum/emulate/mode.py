@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from anynum.emulate import rules as _rules  # noqa: F401  (registers the dot/reduction rules)
 from anynum.emulate.engine import Emulator
+from anynum.emulate.tensor import EmulatedTensor
 from anynum.errors import AnynumError
 from anynum.formats.base import Format
 from anynum.rounding import RoundingLike
@@ -74,6 +76,8 @@ class EmulateMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if any(issubclass(t, EmulatedTensor) for t in types):
+            return NotImplemented  # an EmulatedTensor computes in its own format
         if torch._C._len_torch_dispatch_stack() > 0:
             with _disable_current_modes():  # the innermost emulation computes everything itself
                 return self.emulator.dispatch(func, args, kwargs)
