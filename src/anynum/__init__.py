@@ -72,6 +72,7 @@ __all__ = [
     "E5M2",
     "E5M2FNUZ",
     "E8M0",
+    "EmulatedTensor",
     "FP16",
     "FP32",
     "FP64",
@@ -98,17 +99,30 @@ __all__ = [
     "Rounding",
     "Table",
     "__version__",
+    "as_format",
     "decode",
     "dequantize_int",
+    "emulate",
     "encode",
     "format",
     "list_formats",
+    "matmul",
     "quantize",
     "quantize_int",
 ]
 
 
+#: Names of the emulation room (anynum.emulate), loaded on first use. ``an.emulate`` is the
+#: package itself, made callable: ``an.emulate(fmt, ...)`` is `anynum.emulate.mode.emulate`.
+_EMULATE_NAMES = ("EmulatedTensor", "as_format", "matmul")
+
+
 def __getattr__(name: str) -> Any:
+    if name == "emulate" or name in _EMULATE_NAMES:
+        module = importlib.import_module("anynum.emulate")
+        value = module if name == "emulate" else getattr(module, name)
+        globals()[name] = value
+        return value
     if name == "Quantizer":  # lives in anynum.nn, loaded on first use
         from anynum.nn.quantizer import Quantizer
 

@@ -59,6 +59,8 @@ def exact_sum(terms: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.T
     zero = torch.zeros(t.shape[0], dtype=torch.float64, device=t.device)
     if n_terms == 0 or t.shape[0] == 0:
         return zero.view(out_shape), zero.view(out_shape).clone()
+    if n_terms == 1:
+        return t[:, 0].reshape(out_shape), zero.view(out_shape).clone()
     finite = torch.isfinite(t).all(dim=1)
     if not bool(finite.all()):
         y, e = zero.clone(), zero.clone()
@@ -203,6 +205,8 @@ def exact_dot(
     for qa, scale_a in sa:
         for qb, scale_b in sb:
             parts.append((qa @ qb) * scale_a * scale_b)  # exact integers times powers of two
+    if len(parts) == 1 and extra is None:  # one slice each (posit8: 13 bits): one exact matmul
+        return parts[0], torch.zeros_like(parts[0])
     terms = torch.stack(parts, dim=-1)
     if extra is not None:
         terms = torch.cat([terms, extra.to(torch.float64).expand(*terms.shape[:-1], extra.shape[-1])], -1)
