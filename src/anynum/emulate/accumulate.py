@@ -216,7 +216,7 @@ class Accumulator:
             return g.round_pair(p, pe, force=fma or not self._exact)
         y, e = two_sum(s, p)
         if fma:
-            y, e = two_sum(y, e + pe)
+            y, e = _add_tail(y, e, pe)
         return g.round_pair(y, e, force=fma)
 
     def _leaf(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,7 +252,8 @@ class Accumulator:
             k = p.shape[-2]
             even = k - k % 2
             y, e = two_sum(p[..., 0:even:2, :], p[..., 1:even:2, :])
-            y, e = two_sum(y, e + pe[..., 0:even:2, :] + pe[..., 1:even:2, :])
+            if force:
+                y, e = _add_tail(y, e, pe[..., 0:even:2, :] + pe[..., 1:even:2, :])
             s = g.round_pair(y, e, force=force)
             p = torch.cat([s, p[..., even:, :]], dim=-2)
             pe = torch.cat([torch.zeros_like(s), pe[..., even:, :]], dim=-2)
@@ -370,6 +371,17 @@ class Accumulator:
                 y, e = two_prod(acc, terms[..., k])
                 acc = g.round_pair(y, e, force=True)
         return out.round(acc).reshape(out_shape)
+
+
+def _add_tail(y: torch.Tensor, e: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, e) plus a small `tail`, renormalised: y + e + tail as a pair whose remainder has the exact sign.
+
+    The tails here are TwoProduct errors (sums of at most two, exact for the products of
+    grids of at most 26 bits, where they are 0).
+    """
+    t, tt = two_sum(e, tail)
+    y2, e2 = two_sum(y, t)
+    return y2, e2 + tt  # e2 is 0 or a multiple of t's ulp, beyond |tt|: the sign is exact
 
 
 def significant_bits(x: torch.Tensor) -> int:

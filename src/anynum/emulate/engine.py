@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from anynum.emulate.accumulate import Accumulation, Accumulator
+from anynum.emulate.exact import exact_sum
 from anynum.emulate.grid import Grid, check_float_container, elementwise_format
 from anynum.emulate.optable import OpPlan, plan_for
 from anynum.errors import AnynumError
@@ -167,6 +168,8 @@ class Emulator:
         grid = self.grid
         new_args = list(args)
         new_kwargs = dict(kwargs)
+        # Scalars are values of the computation only next to floating tensors (not in int ops)
+        scalars = any(_is_float(t) for t in _tensors(args, kwargs))
         for info in plan.args:
             if info.position is not None and info.position < len(args):
                 value, store, key = args[info.position], new_args, info.position
@@ -176,7 +179,7 @@ class Emulator:
                 continue
             if info.kind == "scalar":
                 if (
-                    not plan.factory
+                    scalars
                     and info.name != "exponent"
                     and isinstance(value, (int, float))
                     and not isinstance(value, bool)
@@ -221,15 +224,17 @@ class Emulator:
         natural = _natural_dtype(float_dtypes, kwargs)
         if "dtype" in new_kwargs and new_kwargs["dtype"] in _FLOATS:
             new_kwargs["dtype"] = _F64
-        pair = _PAIR_RULES.get(plan.name)
-        if pair is not None and grid.needs_pair and float_dtypes:
+        pair = _PAIR_RULES.get(plan.name) if float_dtypes else None
+        out = NotImplemented
+        if pair is not None:
             self.inplace = plan.name.endswith("_")
             out = pair(self, new_args, new_kwargs)
-        else:
+        if out is NotImplemented:
             out = func(*new_args, **new_kwargs)
             if not float_dtypes and _has_float(out):
                 # integer inputs, floating result (int / int): recompute from exact float64 copies
-                ints = [a.to(_F64) if isinstance(a, torch.Tensor) else a for a in new_args]
+                ints = [a.to(_F64) if isinstance(a, torch.Tensor) and a.dtype != torch.bool else a
+                        for a in new_args]
                 out = func(*ints, **new_kwargs)
         stand_ins = {id(w): v for w, v in written}
         for w, v in written:
@@ -328,18 +333,17 @@ def _scaled(v: torch.Tensor, s: float) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _sum_pairs(*pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sum of a few pairs as a pair: exact sign of the remainder, value to ~2**-100."""
-    y, e = pairs[0]
-    for p, pe in pairs[1:]:
-        y, e1 = two_sum(*torch.broadcast_tensors(y, p))
-        e = e + e1 + pe
-    return two_sum(y, e)
+    """The exact sum of a few pairs, as a pair (`exact_sum`: the remainder's sign is exact)."""
+    terms = torch.broadcast_tensors(*(t for pair in pairs for t in pair))
+    return exact_sum(torch.stack(terms, dim=-1))
 
 
 def _add_pair(em: Emulator, args: list, kwargs: dict, *, sign: float = 1.0, reverse: bool = False) -> Any:
+    alpha = float(_get(args, kwargs, 2, "alpha", 1.0))
+    if alpha == 1.0 and not em.grid.needs_pair:
+        return NotImplemented  # a sum of two grid values: float64 then one rounding is exact
     a = _as64(args[0], _first_tensor(args))
     b = _as64(_get(args, kwargs, 1, "other", 0.0), a)
-    alpha = float(_get(args, kwargs, 2, "alpha", 1.0))
     if reverse:  # rsub: other - alpha * self
         a, b = b, a
     y, e = _sum_pairs((a, torch.zeros_like(a)), _scaled(b, sign * alpha))
@@ -347,6 +351,8 @@ def _add_pair(em: Emulator, args: list, kwargs: dict, *, sign: float = 1.0, reve
 
 
 def _mul_pair(em: Emulator, args: list, kwargs: dict) -> Any:
+    if not em.grid.needs_pair:
+        return NotImplemented  # a product of two grid values of at most 25 bits is exact in float64
     a = _as64(args[0], _first_tensor(args))
     b = _as64(_get(args, kwargs, 1, "other", 1.0), a)
     y, e = two_prod(*torch.broadcast_tensors(a, b))
@@ -354,6 +360,8 @@ def _mul_pair(em: Emulator, args: list, kwargs: dict) -> Any:
 
 
 def _addcmul_pair(em: Emulator, args: list, kwargs: dict) -> Any:
+    # a + v * b * c: the sum of a grid value and a product of up to 2p bits, so float64 can
+    # round twice even in the nearest modes: always exact
     a = _as64(args[0], _first_tensor(args))
     t1, t2 = _as64(args[1], a), _as64(args[2], a)
     value = float(_get(args, kwargs, 3, "value", 1.0))

@@ -5,8 +5,8 @@ Two pieces, both exact with no condition on magnitudes or cancellation:
 `exact_sum` adds float64 terms into an integer accumulator (a fixed-point
 number in 26-bit int64 limbs spanning the terms' exponent range, like a
 posit quire), normalises the carries, and returns the exact total as a pair
-``(y, e)``: y the float64 nearest the top bits and e the rest, whose sign is
-exact (the sticky bit) and whose value is good to about 2**-100 relative.
+``(y, e)``: y the sum's first 53 bits and e the rest, whose sign is exact (the
+sticky bit); y + e is within 2**-100 of the sum, relative.
 
 `exact_dot` computes ``a @ b`` exactly by Ozaki splitting: each operand is
 cut into slices of beta-bit integers (times a power of two per row/column),
@@ -111,7 +111,12 @@ def _propagate(limbs: torch.Tensor) -> torch.Tensor:
 def _to_pair(
     limbs: torch.Tensor, low: int, negative: torch.Tensor, out_shape: torch.Size
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y, e) of sign * sum(limbs[j] * 2**(26 j + low)) with magnitude limbs in [0, 2**26)."""
+    """(y, e) of sign * sum(limbs[j] * 2**(26 j + low)), magnitude limbs in [0, 2**26).
+
+    y is the magnitude's top 53 bits (truncated, so exact), e >= 0 the rest: zero
+    exactly when the rest is, and its value taken from the next 52 bits plus half a
+    unit for anything further down (within 2**-100 of the sum, relative).
+    """
     n = limbs.shape[1]
     idx = torch.arange(n, device=limbs.device)
     top = torch.where(limbs != 0, idx, -1).amax(dim=1)  # -1: the sum is 0
@@ -119,21 +124,24 @@ def _to_pair(
 
     def limb(k: torch.Tensor) -> torch.Tensor:
         v = limbs.gather(1, k.clamp(min=0).unsqueeze(1)).squeeze(1)
-        return torch.where(k >= 0, v, 0).to(torch.float64)
+        return torch.where(k >= 0, v, 0)
 
     def unit(k: torch.Tensor) -> torch.Tensor:
         return torch.ldexp(torch.ones_like(k, dtype=torch.float64), (k * _W + low).to(torch.float64))
 
-    t1, t2, t3 = top - 1, top - 2, top - 3
-    a = (limb(top) * 2.0**_W + limb(t1)) * unit(t1)  # exact: a 52-bit integer times a power of 2
-    b = limb(t2) * unit(t2)
-    c = limb(t3) * unit(t3)
-    below = torch.where(idx.unsqueeze(0) < t3.unsqueeze(1), limbs, 0).ne(0).any(dim=1)
-    y, e = two_sum(a, b)
-    # e is a multiple of unit(t2) > every lower bit, so e + c keeps e's sign when e != 0
-    rest = c + torch.where(below, unit(t3) * 0.5, 0.0)
-    e = e + rest
-    y, e = two_sum(y, e)
+    lt = limb(top)
+    hi = (lt << _W) | limb(top - 1)  # at most 52 bits
+    lo = limb(top - 2)
+    nbits = torch.floor(torch.log2(lt.clamp(min=1).to(torch.float64))).to(torch.int64) + 1 + _W
+    k = 53 - nbits  # bits still needed from lo: 1 .. 26
+    mant = (hi << k) | (lo >> (_W - k))
+    dropped = lo & ((1 << (_W - k)) - 1)
+    shift = torch.ldexp(torch.ones_like(lo, dtype=torch.float64), (_W - k).to(torch.float64))
+    y = mant.to(torch.float64) * unit(top - 2) * shift  # exact: 53 bits times powers of two
+    below = torch.where(idx.unsqueeze(0) < (top - 4).unsqueeze(1), limbs, 0).ne(0).any(dim=1)
+    rest = ((limb(top - 3) << _W) | limb(top - 4)).to(torch.float64) * unit(top - 4)  # exact
+    rest = rest + torch.where(below, unit(top - 4) * 0.5, 0.0)  # 53 bits: exact
+    e = dropped.to(torch.float64) * unit(top - 2) + rest  # both below y's last bit; e >= 0
     sign = torch.where(negative, -1.0, 1.0).to(torch.float64)
     y = torch.where(zero, 0.0, y * sign)
     e = torch.where(zero, 0.0, e * sign)

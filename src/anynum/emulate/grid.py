@@ -13,9 +13,9 @@ Why ``round_pair``: rounding ``fl64(a + b)`` is the correct single rounding of
 (2p + 2 <= 53 makes float64 double rounding innocuous), but not under directed,
 odd or stochastic modes: bf16 ``ru`` of ``1 + 2**-100`` must give ``1 + 2**-7``
 although ``fl64(1 + 2**-100) == 1``. The exact error ``e`` decides: its sign is
-the sticky bit (the value is moved one float64 step towards it, which crosses no
-rounding boundary of a grid of at most 50 bits), and its value enters the
-stochastic probability exactly (`bernoulli_pair`).
+the sticky bit (where y is itself a rounding boundary it is moved one float64
+step towards e, which reaches no other boundary of a grid of at most 50 bits),
+and its value enters the stochastic probability exactly (`bernoulli_pair`).
 """
 
 from __future__ import annotations
@@ -203,22 +203,38 @@ class Grid:
         """
         if self.precision > _PAIR_MAX_PRECISION or not (force or self.needs_pair):
             return self.round(y)
-        inexact = e != 0
+        inexact = (e != 0).reshape(-1)
+        if not bool(inexact.any()):
+            return self.round(y)
+        idx = torch.nonzero(inexact).reshape(-1)
+        ys, es = y.reshape(-1)[idx], e.reshape(-1)[idx]
         if self.stochastic:
-            out = self.round(y)
-            if bool(inexact.any()):
-                idx = torch.nonzero(inexact.reshape(-1)).reshape(-1)
-                flat = out.reshape(-1).clone()
-                flat[idx] = self._stochastic_pair(y.reshape(-1)[idx], e.reshape(-1)[idx], idx)
-                out = flat.view(out.shape)
-            return out
+            out = self.round(y).reshape(-1).clone()
+            out[idx] = self._stochastic_pair(ys, es, idx)
+            return out.view(y.shape)
+        flat = y.reshape(-1).clone()
+        flat[idx] = self._nudge(ys, es, self.mode)
+        return self.round(flat.view(y.shape))
+
+    def _nudge(self, y: torch.Tensor, e: torch.Tensor, mode: Rounding) -> torch.Tensor:
+        """y moved one float64 step towards e where y is a decision point of `mode`, else y.
+
+        The exact value y + e lies strictly between y and its float64 neighbour on e's
+        side. Where y is not a boundary of the rounding, y rounds like y + e; where it is
+        (a grid point for directed, odd and stochastic modes, a tie point for the nearest
+        ones), the neighbour does, since boundaries of a grid of at most 50 bits are more
+        than one float64 step apart.
+        """
+        if mode.is_nearest:
+            at = _rounder(self.fmt, Rounding.NEAREST_AWAY, self.overflow)(y) != _rounder(
+                self.fmt, Rounding.NEAREST_ZERO, self.overflow)(y)
+        else:
+            at = self._nearest(y) == y
         towards = torch.where(e > 0, math.inf, -math.inf).to(y.dtype)
-        nudged = torch.where(inexact, torch.nextafter(y, towards), y)
-        return self.round(nudged)
+        return torch.where(at, torch.nextafter(y, towards), y)
 
     def _stochastic_pair(self, y: torch.Tensor, e: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        towards = torch.where(e > 0, math.inf, -math.inf).to(y.dtype)
-        z = torch.nextafter(y, towards)  # strictly between the same grid neighbours as y + e
+        z = self._nudge(y, e, Rounding.TOWARD_ZERO)  # between the same grid neighbours as y + e
         lo = _rounder(self.fmt, Rounding.DOWN, self.overflow)(z)
         hi = _rounder(self.fmt, Rounding.UP, self.overflow)(z)
         rng = CounterRandom(self.next_seed())

@@ -196,7 +196,8 @@ def emulate(
             f"an.emulate expected a Format or format name, received {type(fmt).__name__} {fmt!r}. "
             "Fix: an.emulate(an.format('posit(16,2)')) or an.emulate('bf16')."
         )
-    em = Emulator(fmt, rounding, accumulate=accumulate, order=order, fma=fma, seed=seed)
+    with _disable_current_modes():  # building it runs torch ops; an enclosing mode must not see them
+        em = Emulator(fmt, rounding, accumulate=accumulate, order=order, fma=fma, seed=seed)
     em.include = _op_names(include, "include")
     em.exclude = _op_names(exclude, "exclude") or set()
     return EmulateMode(em)

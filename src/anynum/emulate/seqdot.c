@@ -4,8 +4,8 @@
  * The rounding functions mirror anynum's torch kernels bit for bit (tests compare them on every
  * code and on random pairs): `round_float` is kernels/eager.py's float rule, `round_posit` the
  * bit-pattern rule of kernels/posit.py. An exact error term e (TwoSum, or the fma product error)
- * is applied as in Grid.round_pair: the value moves one float64 step towards e, which crosses no
- * rounding boundary of a grid of at most 50 significant bits.
+ * is applied as in Grid.round_pair: where the value is itself a rounding boundary it moves one
+ * float64 step towards e, which reaches no other boundary of a grid of at most 50 significant bits.
  *
  * `round_fast` is a branch-light round-to-nearest-even for binades where the grid keeps at least
  * one fraction bit (a per-binade table of kept bits): add half an ulp minus one plus the last kept
@@ -61,7 +61,7 @@ static double round_scaled(double s, int mode) {
     return copysign_(lo + (double)away, s);
 }
 
-static double round_float(double x, const Params *p) {
+static double round_float(double x, const Params *p, int mode) {
     double a = fabs(x), step, y;
     if (isnan(x)) return x;
     if (isinf(x)) {
@@ -77,7 +77,7 @@ static double round_float(double x, const Params *p) {
             step = ldexp(1.0, E - p->man_bits);
         }
         if (!p->subnormals && a < p->smallest_normal) step = p->smallest_normal;
-        y = round_scaled(x / step, p->mode) * step;
+        y = round_scaled(x / step, mode) * step;
         y = copysign_(y, x);
     }
     /* apply_overflow */
@@ -88,9 +88,9 @@ static double round_float(double x, const Params *p) {
         } else {
             int to_beyond;
             int xinf = isinf(x);
-            if (p->mode == 3 || p->mode == 6) to_beyond = xinf;
-            else if (p->mode == 4) to_beyond = xinf || x > 0;
-            else if (p->mode == 5) to_beyond = xinf || x < 0;
+            if (mode == 3 || mode == 6) to_beyond = xinf;
+            else if (mode == 4) to_beyond = xinf || x > 0;
+            else if (mode == 5) to_beyond = xinf || x < 0;
             else to_beyond = 1;
             m = to_beyond ? (p->overflow == 2 ? NAN : INFINITY) : p->max;
         }
@@ -122,7 +122,7 @@ static double posit_decode(int64_t c, int n, int es) {
     return ldexp(sig, k * (1 << es) + (int)e);
 }
 
-static double round_posit(double x, const Params *p) {
+static double round_posit(double x, const Params *p, int mode) {
     if (isnan(x) || isinf(x)) return NAN;
     double a = fabs(x);
     if (a == 0) return 0.0;
@@ -153,7 +153,7 @@ static double round_posit(double x, const Params *p) {
         int guard = (dropped & half) != 0;
         int sticky = (dropped & (half - 1)) != 0;
         int up = 0, neg = x < 0;
-        switch (p->mode) {
+        switch (mode) {
         case 0: up = guard && (sticky || (code & 1)); break;
         case 1: up = guard; break;
         case 2: up = guard && sticky; break;
@@ -168,8 +168,17 @@ static double round_posit(double x, const Params *p) {
     return x < 0 ? -mag : mag;
 }
 
-static double round_full(double x, const Params *p) {
-    return p->kind == 0 ? round_float(x, p) : round_posit(x, p);
+static double round_mode(double x, const Params *p, int mode) {
+    return p->kind == 0 ? round_float(x, p, mode) : round_posit(x, p, mode);
+}
+
+static double round_full(double x, const Params *p) { return round_mode(x, p, p->mode); }
+
+/* Grid._nudge: is y a boundary of the rounding (a tie point for the nearest modes, a grid
+ * point for the others)? Only there does the exact remainder's sign change the result. */
+static int decision_point(double y, const Params *p) {
+    if (p->mode <= 2) return round_mode(y, p, 1) != round_mode(y, p, 2);
+    return round_mode(y, p, 0) == y;
 }
 
 static inline double round_fast(double x, const Params *p) {
@@ -188,7 +197,8 @@ static inline double round_fast(double x, const Params *p) {
 }
 
 static inline double round_pair(double y, double e, int force, const Params *p) {
-    if (e != 0 && p->pair_ok && (force || p->needs_pair)) y = nextafter(y, e > 0 ? INFINITY : -INFINITY);
+    if (e != 0 && p->pair_ok && (force || p->needs_pair) && decision_point(y, p))
+        y = nextafter(y, e > 0 ? INFINITY : -INFINITY);
     return p->fast ? round_fast(y, p) : round_full(y, p);
 }
 
@@ -222,11 +232,13 @@ void anynum_seq_dot(const double *A, const double *B, double *C, int64_t row0, i
                 double y = s + prod;
                 double bb = y - s;
                 double err = isfinite(y) ? (s - (y - bb)) + (prod - bb) : 0.0;
-                if (fma_mode) {
+                if (fma_mode) { /* accumulate._add_tail: y + err + pe, the remainder's sign exact */
                     double t = err + pe;
+                    double bt = t - err;
+                    double tt = (err - (t - bt)) + (pe - bt);
                     double y2 = y + t;
                     double b2 = y2 - y;
-                    err = isfinite(y2) ? (y - (y2 - b2)) + (t - b2) : 0.0;
+                    err = isfinite(y2) ? ((y - (y2 - b2)) + (t - b2)) + tt : 0.0;
                     y = y2;
                 }
                 c[j] = round_pair(y, err, fma_mode, p);

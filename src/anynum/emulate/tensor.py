@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
 
 from anynum.emulate import rules as _rules  # noqa: F401  (registers the dot/reduction rules)
 from anynum.emulate.engine import Emulator
@@ -61,7 +62,9 @@ def _emulator(config: Config) -> Emulator:
     em = _EMULATORS.get(config)
     if em is None:
         name, rounding, acc, order, fma, seed = config
-        em = _EMULATORS[config] = Emulator(name, rounding, accumulate=acc, order=order, fma=fma, seed=seed)
+        with _disable_current_modes():  # building it runs torch ops; an enclosing mode must not see them
+            em = Emulator(name, rounding, accumulate=acc, order=order, fma=fma, seed=seed)
+        _EMULATORS[config] = em
     return em
 
 
