@@ -18,14 +18,12 @@ import types
 from typing import Any
 
 from anynum.emulate import rules as _rules  # noqa: F401  (registers the dot/reduction rules)
-from anynum.emulate.accumulate import Accumulation, Accumulator, matmul
+from anynum.emulate.accumulate import Accumulation, Accumulator
+from anynum.emulate.matmul import matmul
 from anynum.emulate.mode import EmulateMode, emulate
-from anynum.emulate.native import install as _install_native
 from anynum.emulate.tensor import EmulatedTensor, as_format
 
 __all__ = ["Accumulation", "Accumulator", "EmulateMode", "EmulatedTensor", "as_format", "emulate", "matmul"]
-
-_install_native()
 
 
 class _CallablePackage(types.ModuleType):

@@ -34,7 +34,7 @@ from anynum.errors import AnynumError
 from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.registry import format as lookup_format
-from anynum.mc.eft import two_prod, two_sum
+from anynum.mc.eft import two_prod
 from anynum.rounding import RoundingLike
 
 __all__ = ["Emulator"]

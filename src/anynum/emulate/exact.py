@@ -25,7 +25,6 @@ import math
 
 import torch
 
-from anynum.mc.eft import two_sum
 
 __all__ = ["exact_dot", "exact_sum"]
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from anynum.emulate import native
 from anynum.errors import AnynumError, RepresentabilityError
 from anynum.formats.base import Format
 from anynum.formats.block import Block
@@ -161,6 +162,10 @@ class Grid:
         if x.numel() == 0:
             return x.detach().clone()
         if self._det is not None:
+            if x.dtype == torch.float64:
+                fast = native.round_values(x, self, torch.float64)
+                if fast is not None:
+                    return fast
             return self._det(x)
         return quantize(x.detach(), self.fmt, self.mode, overflow=self.overflow, seed=self.next_seed())
 
@@ -178,6 +183,10 @@ class Grid:
         """``round(x)`` stored as `dtype` (checked to hold the grid, so the cast is exact)."""
         if dtype != x.dtype:
             self.check_dtype(dtype)
+            if self._det is not None and x.dtype == torch.float64 and dtype == torch.float32:
+                fast = native.round_values(x, self, dtype)  # rounds and narrows in one pass
+                if fast is not None:
+                    return fast
         return self.round(x).to(dtype)
 
     def round_scalar(self, v: float) -> float:

@@ -202,6 +202,20 @@ static inline double round_pair(double y, double e, int force, const Params *p) 
     return p->fast ? round_fast(y, p) : round_full(y, p);
 }
 
+/* out[i] = x[i] rounded once, stored as double (f32 == 0) or float (f32 == 1: exact, the
+ * caller checked that float holds the grid). */
+void anynum_emu_round_to(const double *x, void *out, int64_t n, int32_t f32, const Params *p) {
+    if (f32) {
+        float *o = (float *)out;
+        if (p->fast) for (int64_t i = 0; i < n; i++) o[i] = (float)round_fast(x[i], p);
+        else for (int64_t i = 0; i < n; i++) o[i] = (float)round_full(x[i], p);
+    } else {
+        double *o = (double *)out;
+        if (p->fast) for (int64_t i = 0; i < n; i++) o[i] = round_fast(x[i], p);
+        else for (int64_t i = 0; i < n; i++) o[i] = round_full(x[i], p);
+    }
+}
+
 /* out[i] = the pair (x[i], e[i]) rounded once (e may be NULL: plain rounding). */
 void anynum_emu_round(const double *x, const double *e, double *out, int64_t n, const Params *p) {
     for (int64_t i = 0; i < n; i++) out[i] = round_pair(x[i], e ? e[i] : 0.0, 1, p);
