@@ -40,7 +40,8 @@ from typing import Any
 
 import torch
 
-from anynum.emulate.exact import exact_dot, exact_sum
+from anynum.emulate import native
+from anynum.emulate.exact import add_tail, exact_dot, exact_sum
 from anynum.emulate.grid import Grid
 from anynum.errors import AnynumError
 from anynum.formats.base import Format
@@ -56,10 +57,9 @@ ORDERS = ("sequential", "pairwise")
 
 _F64 = torch.float64
 
-#: Hook for a native sequential kernel: ``f(a, b, grid, fma, exact) -> float64 tensor or None``
-#: (`exact`: every product is exact in float64).
-#: None (or a None result) runs the torch reference loop.
-native_sequential: list[Callable[..., torch.Tensor | None] | None] = [None]
+#: The native sequential kernel, ``f(a, b, grid, fma, exact) -> float64 tensor or None`` (None: the
+#: torch loop, which is also the reference); tests swap it out to compare the two.
+native_sequential: list[Callable[..., torch.Tensor | None] | None] = [native.sequential_dot]
 
 
 @dataclass(frozen=True)
@@ -167,19 +167,25 @@ class Accumulator:
         bias: torch.Tensor | None = None,
         alpha: float = 1.0,
         beta: float = 1.0,
+        operand_bits: int | None = None,
     ) -> torch.Tensor:
         """``round_out(beta * bias + alpha * (a @ b))`` with the products accumulated per the spec.
+
+        `operand_bits`: the significant bits of the operands' grid, when known (products of
+        grids of at most 26 bits are exact in float64); None measures them.
 
         `a` is [..., M, K], `b` [..., K, N] (batch dimensions broadcast); `bias`
         broadcasts to the result.
         """
-        y, e = self.dot_pair(a, b)
+        y, e = self.dot_pair(a, b, operand_bits=operand_bits)
         if bias is None and alpha == 1.0:
             return out.round_pair(y, e, force=self.spec.kind == "quire")
         y, e = _affine(y, e, alpha, bias, beta, exact=self.spec.kind != "float64")
         return out.round_pair(y, e, force=self.spec.kind != "float64")
 
-    def dot_pair(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def dot_pair(
+        self, a: torch.Tensor, b: torch.Tensor, *, operand_bits: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The accumulated ``a @ b`` before the final rounding, as ``(y, e)`` (e = 0 unless exact)."""
         a, b = a.to(_F64), b.to(_F64)
         kind = self.spec.kind
@@ -189,7 +195,10 @@ class Accumulator:
         if kind == "quire":
             return exact_dot(a, b)
         assert self.grid is not None
-        self._exact = significant_bits(a) + significant_bits(b) <= 53  # products exact in float64
+        if operand_bits is not None and operand_bits <= 26:
+            self._exact = True  # products of two values of at most 26 bits are exact in float64
+        else:
+            self._exact = significant_bits(a) + significant_bits(b) <= 53
         order = self.spec.order
         if order == "sequential":
             s = self._sequential(a, b)
@@ -215,7 +224,7 @@ class Accumulator:
             return g.round_pair(p, pe, force=fma or not self._exact)
         y, e = two_sum(s, p)
         if fma:
-            y, e = _add_tail(y, e, pe)
+            y, e = add_tail(y, e, pe)
         return g.round_pair(y, e, force=fma)
 
     def _leaf(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,7 +261,7 @@ class Accumulator:
             even = k - k % 2
             y, e = two_sum(p[..., 0:even:2, :], p[..., 1:even:2, :])
             if force:
-                y, e = _add_tail(y, e, pe[..., 0:even:2, :] + pe[..., 1:even:2, :])
+                y, e = add_tail(y, e, pe[..., 0:even:2, :] + pe[..., 1:even:2, :])
             s = g.round_pair(y, e, force=force)
             p = torch.cat([s, p[..., even:, :]], dim=-2)
             pe = torch.cat([torch.zeros_like(s), pe[..., even:, :]], dim=-2)
@@ -312,7 +321,7 @@ class Accumulator:
             y = x64.sum(-1)
             return y, torch.zeros_like(y), out_shape
         ones = torch.ones(x64.shape[-1], 1, dtype=_F64, device=x.device)
-        y, e = self.dot_pair(x64.unsqueeze(-2), ones)
+        y, e = self.dot_pair(x64.unsqueeze(-2), ones, operand_bits=1)  # x * 1 is exact
         return y[..., 0, 0], e[..., 0, 0], out_shape
 
     def cumsum(self, x: torch.Tensor, dim: int, out: Grid) -> torch.Tensor:
@@ -372,17 +381,6 @@ class Accumulator:
         return out.round(acc).reshape(out_shape)
 
 
-def _add_tail(y: torch.Tensor, e: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y, e) plus a small `tail`, renormalised: y + e + tail as a pair whose remainder has the exact sign.
-
-    The tails here are TwoProduct errors (sums of at most two, exact for the products of
-    grids of at most 26 bits, where they are 0).
-    """
-    t, tt = two_sum(e, tail)
-    y2, e2 = two_sum(y, t)
-    return y2, e2 + tt  # e2 is 0 or a multiple of t's ulp, beyond |tt|: the sign is exact
-
-
 def significant_bits(x: torch.Tensor) -> int:
     """Significant bits of the widest finite element of x (0 for an all-zero or empty tensor).
 
@@ -412,6 +410,10 @@ def _affine(
         if bias is not None:
             r = r + beta * bias.to(_F64)
         return r, torch.zeros_like(r)
+    if alpha == 1.0 and beta == 1.0 and bias is not None:
+        # y (a value of the accumulator's grid, or the quire's pair) plus a bias: TwoSum, then e
+        yb, eb = two_sum(*torch.broadcast_tensors(y, bias.to(_F64)))
+        return add_tail(yb, eb, e)
     al = torch.full_like(y, float(alpha))
     p1, q1 = two_prod(al, y)
     terms = [p1, q1, al * e]

@@ -27,14 +27,14 @@ from typing import Any
 import torch
 
 from anynum.emulate.accumulate import Accumulation, Accumulator
-from anynum.emulate.exact import exact_sum
+from anynum.emulate.exact import add_tail, exact_sum
 from anynum.emulate.grid import Grid, check_float_container, elementwise_format
 from anynum.emulate.optable import OpPlan, plan_for
 from anynum.errors import AnynumError
 from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.registry import format as lookup_format
-from anynum.mc.eft import two_prod
+from anynum.mc.eft import two_prod, two_sum
 from anynum.rounding import RoundingLike
 
 __all__ = ["Emulator"]
@@ -148,6 +148,18 @@ class Emulator:
                 if res is not NotImplemented:
                     return res
         args, kwargs = self._round_args(plan, args, kwargs)
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            # random draws run in the tensors' own dtype, so a seed gives the same numbers with or
+            # without emulation; the draws are then rounded (in place where the op writes)
+            out = func(*args, **kwargs)
+            for a in _written(plan, args, kwargs):
+                _each_float(a, lambda t: self.grid.mark(t.copy_(self.grid.round(t))))
+            written = {id(a) for a in _written(plan, args, kwargs)}
+
+            def rounded(t: torch.Tensor) -> torch.Tensor:
+                return t if id(t) in written else self.grid.mark(self.grid.round(t))
+
+            return _map_float(out, rounded)
         if kind == "select" and any(_is_float(a) for a in _tensors(args, kwargs)):
             out = func(*args, **kwargs)
             _each_float(out, self._mark_checked)
@@ -289,6 +301,14 @@ def _each_float(out: Any, fn: Callable[[torch.Tensor], Any]) -> None:
             _each_float(o, fn)
 
 
+def _map_float(out: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(out, torch.Tensor):
+        return fn(out) if out.dtype in _FLOATS else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_map_float(o, fn) for o in out)
+    return out
+
+
 def _tensors(args: tuple, kwargs: dict) -> list[Any]:
     out: list[Any] = []
     for a in (*args, *kwargs.values()):
@@ -333,7 +353,13 @@ def _scaled(v: torch.Tensor, s: float) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _sum_pairs(*pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The exact sum of a few pairs, as a pair (`exact_sum`: the remainder's sign is exact)."""
+    """The exact sum of two pairs (value, TwoProduct error) as a pair whose remainder has the exact
+    sign: TwoSum of the values, then the errors as tails (`add_tail`); more pairs, or two
+    nonzero errors, go through `exact_sum`."""
+    if len(pairs) == 2 and not bool(pairs[0][1].any()):
+        (a, _), (b, be) = pairs
+        y, e = two_sum(*torch.broadcast_tensors(a, b))
+        return add_tail(y, e, be) if bool(be.any()) else (y, e)
     terms = torch.broadcast_tensors(*(t for pair in pairs for t in pair))
     return exact_sum(torch.stack(terms, dim=-1))
 
@@ -369,6 +395,8 @@ def _addcmul_pair(em: Emulator, args: list, kwargs: dict) -> Any:
     pairs = [(a, torch.zeros_like(a))]
     if value == 1.0:
         pairs.append((p, pe))
+    elif not bool(pe.any()):  # b * c exact (grids of at most 26 bits): v * (b * c) as one pair
+        pairs.append(_scaled(p, value))
     else:
         q, qe = _scaled(p, value)
         pairs += [(q, qe), _scaled(pe, value)]

@@ -25,11 +25,31 @@ import math
 
 import torch
 
+from anynum.mc.eft import two_sum
 
-__all__ = ["exact_dot", "exact_sum"]
+
+__all__ = ["add_tail", "exact_dot", "exact_sum"]
 
 _W = 26  # limb width: two limbs make an exact 52-bit float64 integer
 _MASK = (1 << _W) - 1
+
+
+def add_tail(y: torch.Tensor, e: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pair ``(y, e)`` plus `tail`, renormalised: ``y + e + tail`` as ``(y2, e2)`` with e2's sign exact.
+
+    ``(t, tt) = TwoSum(e, tail)`` and ``(y2, u) = TwoSum(y, t)`` are exact, so the
+    remainder is exactly ``u + tt``, and a float sum keeps the sign of its exact
+    value. Used where tails are TwoSum/TwoProduct errors (|e2| below an ulp of y2).
+
+    >>> import torch
+    >>> one, tiny = torch.tensor([1.0], dtype=torch.float64), torch.tensor([2.0**-80], dtype=torch.float64)
+    >>> y, e = add_tail(one, torch.zeros(1, dtype=torch.float64), -tiny)
+    >>> y.item(), e.item() < 0
+    (1.0, True)
+    """
+    t, tt = two_sum(*torch.broadcast_tensors(e, tail))
+    y2, u = two_sum(*torch.broadcast_tensors(y, t))
+    return y2, u + tt
 
 
 def _frexp53(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -162,8 +162,8 @@ class Grid:
         if x.numel() == 0:
             return x.detach().clone()
         if self._det is not None:
-            if x.dtype == torch.float64:
-                fast = native.round_values(x, self, torch.float64)
+            if x.dtype in (torch.float64, torch.float32):  # float32 values widen exactly
+                fast = native.round_values(x.to(torch.float64), self, x.dtype)
                 if fast is not None:
                     return fast
             return self._det(x)

@@ -64,10 +64,12 @@ def _dot(em: Emulator) -> Callable[..., torch.Tensor]:
 
     def dot(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, alpha: float = 1.0,
             beta: float = 1.0) -> torch.Tensor:
+        bits = em.grid.precision
         if em.block is not None:
             a = em.grid.round_blocks(a, em.block, -1)
             b = em.grid.round_blocks(b, em.block, -2)
-        return em.acc.dot(a, b, em.grid, bias=bias, alpha=alpha, beta=beta)
+            bits = em.block.element.precision
+        return em.acc.dot(a, b, em.grid, bias=bias, alpha=alpha, beta=beta, operand_bits=bits)
 
     return dot
 

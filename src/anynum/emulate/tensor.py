@@ -27,6 +27,7 @@ EmulatedTensor still computes in its own format.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -136,10 +137,39 @@ class EmulatedTensor(torch.Tensor):
 
     def values(self) -> torch.Tensor:  # type: ignore[override]
         """The decoded values as a plain tensor of this tensor's dtype."""
-        return unpack_values(self.packed, self._fmt, self.shape).to(self.dtype)
+        with _no_modes():  # decoding is bookkeeping, never emulated arithmetic
+            return unpack_values(self.packed, self._fmt, self.shape).to(self.dtype)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"EmulatedTensor({self.values()!r}, format={self._config[0]!r})"
+
+    # --- decoding: torch skips these when the dtype already matches, so they are spelled out ---
+    def float(self) -> torch.Tensor:  # type: ignore[override]
+        """The values as a plain float32 tensor."""
+        return self.values().float()
+
+    def double(self) -> torch.Tensor:  # type: ignore[override]
+        """The values as a plain float64 tensor."""
+        return self.values().double()
+
+    def half(self) -> torch.Tensor:  # type: ignore[override]
+        return self.values().half()
+
+    def bfloat16(self) -> torch.Tensor:  # type: ignore[override]
+        return self.values().bfloat16()
+
+    def tolist(self) -> Any:  # type: ignore[override]
+        return self.values().tolist()
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """With another dtype: the decoded values as a plain tensor; else moved codes.
+
+        ``t.to(t.dtype)`` returns t, as torch does (optimizers' load_state_dict relies on it).
+        """
+        device, dtype, *_ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None and dtype != self.dtype:
+            return self.values().to(device=device or self.device, dtype=dtype)
+        return super().to(*args, **kwargs)
 
     # --- tracing and saving -------------------------------------------------------------------
     def __tensor_flatten__(self) -> tuple[list[str], Any]:
@@ -167,6 +197,13 @@ class EmulatedTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if torch._C._len_torch_dispatch_stack() > 0:
+            with _disable_current_modes():  # an EmulatedTensor computes in its own format
+                return cls._dispatch(func, args, kwargs)
+        return cls._dispatch(func, args, kwargs)
+
+    @classmethod
+    def _dispatch(cls, func: Any, args: tuple, kwargs: dict) -> Any:
         ets = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, EmulatedTensor)]
         first = ets[0]
         config = first._config
@@ -237,7 +274,10 @@ class EmulatedTensor(torch.Tensor):
 
     def _store(self, values: torch.Tensor) -> None:
         """Encode `values` (on the grid) into this tensor's codes, in place."""
-        p = pack(values.to(torch.float64), self._fmt)
+        with _no_modes():
+            self._store_codes(pack(values.to(torch.float64), self._fmt))
+
+    def _store_codes(self, p: Packed) -> None:
         self.codes.copy_(p.codes)
         if self.scales is not None and p.scales is not None:
             self.scales.copy_(p.scales)
@@ -267,7 +307,16 @@ def _to_copy(t: EmulatedTensor, config: Config, kwargs: dict) -> Any:
 
 def _wrap_values(values: torch.Tensor, config: Config, dtype: torch.dtype) -> EmulatedTensor:
     fmt = lookup_format(config[0])
-    return EmulatedTensor(pack(values.to(torch.float64), fmt), config, values.shape, dtype)
+    with _no_modes():
+        packed = pack(values.to(torch.float64), fmt)
+    return EmulatedTensor(packed, config, values.shape, dtype)
+
+
+def _no_modes() -> Any:
+    """A context without dispatch modes (a null context when none is active)."""
+    if torch._C._len_torch_dispatch_stack() > 0:
+        return _disable_current_modes()
+    return contextlib.nullcontext()
 
 
 def _rebuild_emulated(
@@ -309,7 +358,7 @@ def _convert(t: torch.Tensor, cfg: Config, fmt: Format) -> EmulatedTensor:
         )
     storage_dtype(fmt.element.bits if isinstance(fmt, Block) else fmt.bits)
     em = _emulator(cfg)
-    with torch.no_grad():
+    with torch.no_grad(), _no_modes():
         x = t.detach().to(torch.float64)
         if isinstance(fmt, Block):
             values = em.grid.round_blocks(x, fmt, fmt.axis if fmt.axis is not None else -1)
