@@ -99,7 +99,7 @@ def _library() -> Any:
     lib.anynum_emu_round.restype = None
     lib.anynum_emu_round_to.argtypes = [d, d, i64, i32, p]
     lib.anynum_emu_round_to.restype = None
-    lib.anynum_seq_dot.argtypes = [d, d, d, i64, i64, i64, i64, i32, i32, p]
+    lib.anynum_seq_dot.argtypes = [d, d, d, i64, i64, i64, i64, i64, i64, i32, i32, p]
     lib.anynum_seq_dot.restype = None
     return lib
 
@@ -259,12 +259,17 @@ def sequential_dot(a: torch.Tensor, b: torch.Tensor, grid: Any, fma: bool, exact
     threads = max(1, torch.get_num_threads())
     params = ctypes.byref(c.params)
     jobs: list[Callable[[], None]] = []
-    step = max(1, math.ceil(m / threads))
+    # split the outputs (any split keeps each output's order along k): by columns when there
+    # are enough of them, else by rows
+    by_cols = n >= 256 * threads
+    parts = threads if by_cols else min(threads, m)
+    step = math.ceil((n if by_cols else m) / max(parts, 1))
     for i in range(a3.shape[0]):
         pa, pb, pc = a3[i].data_ptr(), b3[i].data_ptr(), out[i].data_ptr()
-        for r0 in range(0, m, step):
-            r1 = min(m, r0 + step)
-            jobs.append(functools.partial(lib.anynum_seq_dot, pa, pb, pc, r0, r1, k, n, int(fma), int(exact),
-                                          params))
+        for lo in range(0, n if by_cols else m, max(step, 1)):
+            hi = min(n if by_cols else m, lo + step)
+            r0, r1, c0, c1 = (0, m, lo, hi) if by_cols else (lo, hi, 0, n)
+            jobs.append(functools.partial(lib.anynum_seq_dot, pa, pb, pc, r0, r1, k, n, c0, c1, int(fma),
+                                          int(exact), params))
     _parallel(jobs)
     return out.reshape(*batch, m, n)

@@ -181,12 +181,13 @@ static int decision_point(double y, const Params *p) {
     return round_mode(y, p, 0) == y;
 }
 
+static inline double round_fast(double x, const Params *p) __attribute__((always_inline));
 static inline double round_fast(double x, const Params *p) {
     uint64_t bits;
     memcpy(&bits, &x, 8);
     int ex = (int)((bits >> 52) & 0x7ff);
     int kept = p->fast[ex];
-    if (kept <= 0 || p->fast[ex + 1] <= 0) return round_full(x, p);
+    if (__builtin_expect(kept <= 0 || p->fast[ex + 1] <= 0, 0)) return round_full(x, p);
     int shift = 52 - kept;
     uint64_t lsb = (bits >> shift) & 1;
     bits += (((uint64_t)1) << (shift - 1)) - 1 + lsb;
@@ -221,17 +222,32 @@ void anynum_emu_round(const double *x, const double *e, double *out, int64_t n, 
     for (int64_t i = 0; i < n; i++) out[i] = round_pair(x[i], e ? e[i] : 0.0, 1, p);
 }
 
-/* Rows [row0, row1) of C = A @ B, A [M, K] and B [K, N] row-major, C [M, N].
- * exact: every product is exact in float64 (no TwoProduct error term needed). */
-void anynum_seq_dot(const double *A, const double *B, double *C, int64_t row0, int64_t row1, int64_t K,
-                    int64_t N, int32_t fma_mode, int32_t exact, const Params *p) {
+/* Outputs [row0, row1) x [col0, col1) of C = A @ B, A [M, K] and B [K, N] row-major, C [M, N].
+ * exact: every product is exact in float64 (no TwoProduct error term needed). Columns are
+ * processed in tiles of JB so that a tile of C and the tile's rows of B stay in cache while the
+ * reduction runs; the order along k is the same for every output. */
+#define JB 256
+
+static void seq_tile(const double *A, const double *B, double *C, int64_t row0, int64_t row1, int64_t K,
+                     int64_t N, int64_t j0, int64_t jn, int32_t fma_mode, int32_t exact, const Params *p) {
+    /* the common case (nearest on a grid of <= 25 bits, exact products, no fma): two roundings
+     * per product, no error terms */
+    int plain = !fma_mode && exact && !p->needs_pair && p->fast;
     for (int64_t i = row0; i < row1; i++) {
-        double *c = C + i * N;
+        double *c = C + i * N + j0;
         const double *arow = A + i * K;
         for (int64_t k = 0; k < K; k++) {
             double a = arow[k];
-            const double *b = B + k * N;
-            for (int64_t j = 0; j < N; j++) {
+            const double *b = B + k * N + j0;
+            if (plain) {
+                if (k == 0) {
+                    for (int64_t j = 0; j < jn; j++) c[j] = round_fast(round_fast(a * b[j], p), p);
+                } else {
+                    for (int64_t j = 0; j < jn; j++) c[j] = round_fast(c[j] + round_fast(a * b[j], p), p);
+                }
+                continue;
+            }
+            for (int64_t j = 0; j < jn; j++) {
                 double prod = a * b[j];
                 double pe = (exact || !isfinite(prod)) ? 0.0 : fma(a, b[j], -prod);
                 if (!fma_mode) {
@@ -258,5 +274,13 @@ void anynum_seq_dot(const double *A, const double *B, double *C, int64_t row0, i
                 c[j] = round_pair(y, err, fma_mode, p);
             }
         }
+    }
+}
+
+void anynum_seq_dot(const double *A, const double *B, double *C, int64_t row0, int64_t row1, int64_t K,
+                    int64_t N, int64_t col0, int64_t col1, int32_t fma_mode, int32_t exact, const Params *p) {
+    for (int64_t j0 = col0; j0 < col1; j0 += JB) {
+        int64_t jn = col1 - j0 < JB ? col1 - j0 : JB;
+        seq_tile(A, B, C, row0, row1, K, N, j0, jn, fma_mode, exact, p);
     }
 }
