@@ -1,7 +1,8 @@
 """Emulation overhead: one training step of the thesis's LeNet-5 (batch 128, Adam), as ratios to fp32.
 
-Settings, timed in one run with repetitions interleaved (fp32, A, B, ..., fp32, A, ...)
-and medians compared, because the machine is shared and noisy:
+Settings, timed in one run with repetitions interleaved (fp32, A, B, ..., fp32, A, ...) and
+compared by medians, of wall time and of the process's CPU time (all its threads: the work
+done, which other processes on a shared machine disturb far less than the wall time):
 
 * ``emulate(posit16es2)``: every op in posit(16,2), accumulate=None (float64, rounded once);
 * ``emulate(posit16es2, accumulate=posit16es2)``: every partial sum rounded (sequential order;
@@ -75,7 +76,7 @@ def memory_table() -> list[tuple[str, int, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=128)
@@ -105,15 +106,17 @@ def main() -> None:
             step()
         print(f"warm-up {s}: {time.perf_counter() - t:.1f} s", flush=True)
     times: dict[str, list[float]] = {s: [] for s in settings}
+    cpu: dict[str, list[float]] = {s: [] for s in settings}
     for _ in range(args.reps):
         for s, step in steps.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             step()
             times[s].append(time.perf_counter() - t)
-    base = statistics.median(times["fp32"])
-    print("\n| setting | step / fp32 step |\n|---|---|")
+            cpu[s].append(time.process_time() - c)
+    base, base_cpu = statistics.median(times["fp32"]), statistics.median(cpu["fp32"])
+    print("\n| setting | wall time / fp32 (medians) | CPU time / fp32 (medians) |\n|---|---|---|")
     for s in settings:
-        print(f"| {s} | {statistics.median(times[s]) / base:.1f}x |")
+        print(f"| {s} | {statistics.median(times[s]) / base:.1f}x | {statistics.median(cpu[s]) / base_cpu:.1f}x |")
     print("\n| parameters as_format | bytes held | vs float32 |\n|---|---|---|")
     for name, held, ratio in memory_table():
         print(f"| {name} | {held} | {ratio:.3f} |")

@@ -153,7 +153,7 @@ class Emulator:
             # without emulation; the draws are then rounded (in place where the op writes)
             out = func(*args, **kwargs)
             for a in _written(plan, args, kwargs):
-                _each_float(a, lambda t: self.grid.mark(t.copy_(self.grid.round(t))))
+                _each_float(a, lambda t: self.grid.mark(t.copy_(self.grid.round(t)), written=True))
             written = {id(a) for a in _written(plan, args, kwargs)}
 
             def rounded(t: torch.Tensor) -> torch.Tensor:
@@ -164,13 +164,13 @@ class Emulator:
             out = func(*args, **kwargs)
             _each_float(out, self._mark_checked)
             for a in _written(plan, args, kwargs):
-                _each_float(a, self._mark_checked)
+                _each_float(a, lambda t: self._mark_checked(t, written=True))
             return out
         return self._compute(func, plan, args, kwargs)
 
-    def _mark_checked(self, t: torch.Tensor) -> None:
+    def _mark_checked(self, t: torch.Tensor, written: bool = False) -> None:
         check_float_container(self.grid, t.dtype)
-        self.grid.mark(t)
+        self.grid.mark(t, written=written)
 
     def _round_args(self, plan: OpPlan, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Floating tensors and Scalars rounded onto the grid (marked tensors kept as they are).
@@ -220,7 +220,7 @@ class Emulator:
                 w = grid.round_input(v).to(_F64, copy=True)
                 written.append((w, v))
                 return w
-            return v.to(_F64)
+            return grid.wide(v)
 
         for info in plan.args:
             if info.position is not None and info.position < len(args):
@@ -251,7 +251,7 @@ class Emulator:
         stand_ins = {id(w): v for w, v in written}
         for w, v in written:
             v.copy_(grid.round_to(w, v.dtype))
-            grid.mark(v)
+            grid.mark(v, written=True)
 
         def finish(o: Any) -> Any:
             if isinstance(o, torch.Tensor):
@@ -259,8 +259,7 @@ class Emulator:
                 if orig is not None:
                     return orig
                 if o.dtype in _FLOATS:
-                    r = grid.round_to(o, natural if o.dtype == _F64 else o.dtype)
-                    return grid.mark(r)
+                    return grid.round_to_kept(o, natural if o.dtype == _F64 else o.dtype)
             return o
 
         if isinstance(out, (tuple, list)):

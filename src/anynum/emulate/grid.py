@@ -43,6 +43,8 @@ __all__ = ["Grid", "bernoulli_pair", "elementwise_format", "is_exact_pair_mode"]
 _ROUNDERS: dict[tuple[Format, Rounding, str], Rounder] = {}
 #: Attribute on tensors that holds the tag of the grid they were last rounded onto.
 _TAG = "_anynum_grid"
+#: Attribute holding (tag, float64 copy) of a narrower tensor this grid produced (see `Grid.wide`).
+_WIDE = "_anynum_f64"
 #: Beyond this many significant bits the one-ulp nudge of `round_pair` could cross a boundary.
 _PAIR_MAX_PRECISION = 50
 _MASK62 = (1 << 62) - 1
@@ -266,15 +268,42 @@ class Grid:
         return out
 
     # --- tensors known to be on the grid ----------------------------------------------------
-    def mark(self, t: torch.Tensor) -> torch.Tensor:
-        """Record that `t`, as it is now, holds values of this grid (returns t)."""
-        setattr(t, _TAG, (self.key, t._version, t.data_ptr(), t.dtype))
+    def mark(self, t: torch.Tensor, *, written: bool = False) -> torch.Tensor:
+        """Record that `t`, as it is now, holds values of this grid (returns t).
+
+        ``written=True`` for a tensor an in-place or out= op has just written: autograd's
+        ADInplaceOrView layer bumps its version once more when the op returns, so the mark
+        expects that next version (an unrelated write after it bumps past it).
+        """
+        setattr(t, _TAG, (self.key, t._version + int(written), t.data_ptr(), t.dtype))
         return t
 
     def is_marked(self, t: torch.Tensor) -> bool:
         """Whether `t` was marked by a grid of the same values and has not been written since."""
         tag = getattr(t, _TAG, None)
         return tag is not None and tag == (self.key, t._version, t.data_ptr(), t.dtype)
+
+    def round_to_kept(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``round_to(x, dtype)`` for a float64 `x`, keeping the float64 rounding beside the result.
+
+        The next op that reads the result widens it to float64 again; `wide` hands it this
+        copy instead (while the result is unchanged), which saves a conversion per read at
+        the cost of the copy's memory while the result lives.
+        """
+        if dtype == x.dtype or x.dtype != torch.float64:
+            return self.mark(self.round_to(x, dtype))
+        self.check_dtype(dtype)
+        r64 = self.round(x)
+        out = self.mark(r64.to(dtype))
+        setattr(out, _WIDE, (getattr(out, _TAG), r64))
+        return out
+
+    def wide(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` as float64: its kept float64 copy where `round_to_kept` left one and t is unchanged."""
+        kept = getattr(t, _WIDE, None)
+        if kept is not None and kept[0] == (self.key, t._version, t.data_ptr(), t.dtype):
+            return kept[1]  # type: ignore[no-any-return]
+        return t.to(torch.float64)
 
     def round_input(self, t: torch.Tensor) -> torch.Tensor:
         """`t` itself when marked on this grid, else its rounding (a new, marked tensor)."""

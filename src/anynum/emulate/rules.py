@@ -47,7 +47,7 @@ def _finish(em: Emulator, y: torch.Tensor, dtype: torch.dtype, target: torch.Ten
     check_float_container(em.grid, dtype if target is None else target.dtype)
     if target is not None:
         target.copy_(y)
-        return em.grid.mark(target)
+        return em.grid.mark(target, written=True)
     return em.grid.mark(y.to(dtype))
 
 
