@@ -58,7 +58,7 @@ from anynum.rounding import Rounding
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = ("mc", "nn", "optim", "experiments", "compat", "kernels", "formats")
+_LAZY_SUBMODULES = ("mc", "nn", "ops", "optim", "experiments", "compat", "kernels", "formats")
 
 __all__ = [
     "BF16",
