@@ -44,7 +44,7 @@ from anynum.formats.posit import Posit
 from anynum.formats.table import Table
 from anynum.rounding import RandomSource, Rounding, RoundingLike, make_random_source, parse_rounding, round_scaled
 
-__all__ = ["DOMAINS", "Settings", "make_settings", "round_exact", "round_input"]
+__all__ = ["DOMAINS", "Settings", "check_domain", "make_settings", "round_exact", "round_input", "seed_from_jax_key"]
 
 #: What an out-of-domain input gives: NumPy's NaN/inf plus a RuntimeWarning, an error, or silence.
 DOMAINS = ("nan", "raise", "ignore")
@@ -111,7 +111,8 @@ class Settings:
         )
 
 
-def _seed_from_jax_key(key: Any) -> int:
+def seed_from_jax_key(key: Any) -> int:
+    """A 62-bit seed from the bits of a JAX PRNG key (concrete even inside jit)."""
     import jax
 
     with jax.ensure_compile_time_eval():  # a concrete key stays concrete inside jit
@@ -145,7 +146,7 @@ def make_settings(
         if generator is not None and type(generator).__module__.split(".")[0] in ("jax", "jaxlib"):
             if seed is not None:
                 raise InputError("pass either generator= (a JAX key) or seed=, not both.")
-            generator, seed = None, _seed_from_jax_key(generator)
+            generator, seed = None, seed_from_jax_key(generator)
         # A CUDA tensor may take a CPU generator: bits are counter-based, drawn on any device.
         gen_device = generator.device if isinstance(generator, torch.Generator) else device
         rng = make_random_source(generator, seed, gen_device)
