@@ -67,8 +67,44 @@ _SHAPE_1 = _jnp("sin")  # elementwise, float result
 _SHAPE_2 = _jnp("arctan2")  # broadcast, float result
 
 
+_DBL_MAX = torch.finfo(torch.float64).max
+_BEYOND = 2.0**900  # an error term standing for "further out than float64's largest value"
+_TINY = 2.0**-1074
+
+
+def _range_pair(s: torch.Tensor, e: torch.Tensor | None, xs: Sequence[torch.Tensor], pole: Pole,
+                never_zero: Pole, st: Settings) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A float64 result with float64's own overflow and underflow undone, as a pair (s, e).
+
+    float64 gives ±inf for a finite exact value beyond its range, and libm 0 for a
+    nonzero one below it. Directed, odd and stochastic rounding need to know such a
+    value is finite, or nonzero: it becomes ±DBL_MAX (or ±0) with an error term of
+    its sign (posits then saturate instead of becoming NaR). Poles stay ±inf, and
+    rounding to nearest on float64's own range keeps float64's result.
+    """
+    if st.mode.is_nearest and st.fmt.max >= _DBL_MAX:
+        return s, e
+    finite = torch.ones(s.shape, dtype=torch.bool, device=s.device)
+    for t in xs:
+        finite = finite & torch.isfinite(t)
+    over = torch.isinf(s) & finite
+    if pole is not None:
+        over = over & ~pole(*xs)
+    under = (s == 0) & finite & never_zero(*xs) if never_zero is not None else None
+    if under is not None and e is not None:
+        under = under & (e == 0)
+    if not bool(over.any()) and (under is None or not bool(under.any())):
+        return s, e
+    e = torch.zeros_like(s) if e is None else e
+    e = torch.where(over, torch.copysign(torch.full_like(s, _BEYOND), s), e)
+    s = torch.where(over, torch.copysign(torch.full_like(s, _DBL_MAX), s), s)
+    if under is not None:
+        e = torch.where(under, torch.copysign(torch.full_like(s, _TINY), s), e)
+    return s, e
+
+
 def _body(name: str, f: Callable[..., Any], pole: Pole, where: str, *, pair: bool,
-          down_aware: bool = False) -> Callable[..., Any]:
+          down_aware: bool = False, never_zero: Pole = None) -> Callable[..., Any]:
     """The body of a function: compute (a pair or a value), check the domain, round once."""
 
     def body(st: Settings, *xs: torch.Tensor) -> torch.Tensor:
@@ -78,6 +114,7 @@ def _body(name: str, f: Callable[..., Any], pole: Pole, where: str, *, pair: boo
             out = f(*xs)
         s, e = out if pair else (out, None)
         check_domain(st, s, xs, pole, where)
+        s, e = _range_pair(s, e, xs, pole, never_zero, st)
         return round_exact(s, e, st)
 
     return body
@@ -87,8 +124,9 @@ def _body(name: str, f: Callable[..., Any], pole: Pole, where: str, *, pair: boo
 
 
 def _unary(name: str, f: Callable[..., Any], title: str, how: str, domain: str, pole: Pole,
-           example: tuple[str, str], *, pair: bool = False, npname: str | None = None) -> Callable[..., Any]:
-    body = _body(name, f, pole, domain, pair=pair)
+           example: tuple[str, str], *, pair: bool = False, npname: str | None = None,
+           never_zero: Pole = None) -> Callable[..., Any]:
+    body = _body(name, f, pole, domain, pair=pair, never_zero=never_zero)
 
     def op(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, overflow: str | None = None,
            seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
@@ -104,6 +142,10 @@ def _unary(name: str, f: Callable[..., Any], title: str, how: str, domain: str, 
 
 def _zero(x: torch.Tensor) -> torch.Tensor:
     return x == 0
+
+
+def _always(*xs: torch.Tensor) -> torch.Tensor:
+    return torch.ones((), dtype=torch.bool, device=xs[0].device)
 
 
 def _at(v: float) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -135,9 +177,11 @@ reciprocal = _unary("reciprocal", lambda x: exact.divide(torch.ones_like(x), x),
                     pair=True)
 cbrt = _unary("cbrt", exact.cbrt, "cube root", _LIBM + " (exact cubes give their exact root)", "", None,
               _ex('torch.tensor([27.0, -2.0]), "bf16"', "[3.0, -1.2578125]"))
-exp = _unary("exp", torch.exp, "e**x", _LIBM, "", None, _ex(f"{_T}, {_B}", "[1.6484375, 20.125]"))
+exp = _unary("exp", torch.exp, "e**x", _LIBM, "", None, _ex(f"{_T}, {_B}", "[1.6484375, 20.125]"),
+            never_zero=_always)
 expm1 = _unary("expm1", torch.expm1, "e**x - 1", _LIBM, "", None, _ex(f"{_T}, {_B}", "[0.6484375, 19.125]"))
-exp2 = _unary("exp2", torch.exp2, "2**x", _LIBM, "", None, _ex(f"{_T}, {_B}", "[1.4140625, 8.0]"))
+exp2 = _unary("exp2", torch.exp2, "2**x", _LIBM, "", None, _ex(f"{_T}, {_B}", "[1.4140625, 8.0]"),
+             never_zero=_always)
 log = _unary("log", torch.log, "natural logarithm", _LIBM, "x >= 0 (0 is a pole: -inf)", _zero,
              _ex(f"{_T}, {_B}", "[-0.69140625, 1.1015625]"))
 log2 = _unary("log2", torch.log2, "base-2 logarithm", _LIBM, "x >= 0 (0 is a pole: -inf)", _zero,
@@ -171,11 +215,12 @@ arctanh = _unary("arctanh", torch.atanh, "inverse hyperbolic tangent", _LIBM,
 erf = _unary("erf", torch.special.erf, "error function", _LIBM, "", None,
              _ex(f"{_T}, {_B}", "[0.51953125, 1.0]"))
 erfc = _unary("erfc", torch.special.erfc, "complementary error function 1 - erf(x)", _LIBM, "", None,
-              _ex(f"{_T}, {_B}", "[0.48046875, 2.205371856689453e-05]"))
+              _ex(f"{_T}, {_B}", "[0.48046875, 2.205371856689453e-05]"), never_zero=_always)
 gamma = _unary("gamma", exact.gamma, "the gamma function",
                _LIBM + " (SciPy's gamma, or libm's tgamma without SciPy; exact factorials at 1..171)",
                "x not 0 or a negative integer (0 is a pole: ±inf; negative integers give NaN)", _zero,
-               _ex('torch.tensor([5.0, 0.5]), "bf16"', "[24.0, 1.7734375]"), npname="scipy.special.gamma")
+               _ex('torch.tensor([5.0, 0.5]), "bf16"', "[24.0, 1.7734375]"), npname="scipy.special.gamma",
+               never_zero=_always)
 lgamma = _unary("lgamma", torch.lgamma, "log |gamma(x)|", _LIBM,
                 "x not 0 or a negative integer (poles: +inf)", _lgamma_pole,
                 _ex('torch.tensor([5.0, 0.5]), "bf16"', "[3.171875, 0.57421875]"), npname="math.lgamma")
@@ -214,8 +259,8 @@ imag = _unary("imag", torch.zeros_like, "0 (real inputs)", _EXACT, "", None,
 
 def _binary(name: str, f: Callable[..., Any], title: str, how: str, domain: str, pole: Pole,
             example: tuple[str, str], *, pair: bool = False, down_aware: bool = False,
-            npname: str | None = None) -> Callable[..., Any]:
-    body = _body(name, f, pole, domain, pair=pair, down_aware=down_aware)
+            npname: str | None = None, never_zero: Pole = None) -> Callable[..., Any]:
+    body = _body(name, f, pole, domain, pair=pair, down_aware=down_aware, never_zero=never_zero)
 
     def op(x: Any, y: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *,
            overflow: str | None = None, seed: int | None = None, generator: Any = None,
@@ -279,7 +324,7 @@ true_divide = divide
 power = _binary("power", _power, "x ** y", _LIBM + " (exact for exponents 2, -1 and 1/2)",
                 "x >= 0 or integral y (0 to a negative power is a pole)", _power_pole,
                 _ex('torch.tensor([2.0, 3.0]), torch.tensor([0.5, 2.0]), "bf16"', "[1.4140625, 9.0]"),
-                pair=True)
+                pair=True, never_zero=lambda x, y: x != 0)
 float_power = power
 arctan2 = _binary("arctan2", torch.atan2, "the angle of the point (x=y, y=x): atan(x / y) in the right quadrant",
                   _LIBM, "", None, _ex('torch.tensor([1.0]), torch.tensor([-1.0]), "bf16"', "[2.359375]"))
