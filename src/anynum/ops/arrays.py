@@ -11,6 +11,7 @@ depend on the chunking. jax and dask are imported only when such an array arrive
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +19,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from anynum.errors import InputError
+from anynum.errors import InputError, RepresentabilityError
+from anynum.formats.base import Format
+from anynum.formats.block import Block
+from anynum.formats.fixed import UniformFormat
+from anynum.formats.floating import FloatFormat
+from anynum.formats.posit import Posit
 from anynum.kernels.arrays import GlobalIndexRandom, is_dask_array, is_jax_array, is_jax_tracer
 from anynum.ops.core import Settings, round_input
 from anynum.quantize import check_representable
 
-__all__ = ["Call", "block_runner", "from_torch", "kind_of", "run", "to_torch"]
+__all__ = ["Call", "block_runner", "check_fits", "from_torch", "kind_of", "run", "to_torch"]
 
 _META = np.array((), dtype=np.float64)  # what Dask would otherwise infer by calling the block function
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -87,8 +93,9 @@ def _numpy_to_torch(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(a, copy=True, order="C").view(np.int16)).view(torch.bfloat16)
     if a.dtype.kind not in "biuf":
         raise InputError(f"an.ops needs real numbers, got a NumPy array of dtype {a.dtype}.")
-    a = np.ascontiguousarray(a)
-    return torch.from_numpy(a if a.flags.writeable else a.copy())  # torch wants writable memory
+    if not (a.flags.c_contiguous and a.flags.writeable):  # torch wants writable memory
+        a = np.array(a, copy=True, order="C")  # (np.ascontiguousarray would make 0-d arrays 1-d)
+    return torch.from_numpy(a)
 
 
 def to_torch(v: Any, device: torch.device | None) -> torch.Tensor:
@@ -146,6 +153,43 @@ def from_torch(t: torch.Tensor, kind: str, scalar: bool) -> Any:
     return a[()] if scalar or a.ndim == 0 else a
 
 
+@functools.lru_cache(maxsize=256)
+def _first_misfit(fmt: Format, dtype: torch.dtype) -> float | None:
+    """A value of `fmt` that `dtype` cannot hold exactly, or None when every value fits."""
+    if dtype == torch.float64:
+        return None  # every format's values are float64 numbers by construction
+    info = torch.finfo(dtype)
+    precision = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24}[dtype]
+    if isinstance(fmt, Block):
+        check_representable(fmt, dtype)  # the block grid: quantize's own test
+        return _first_misfit(fmt.element, dtype) if fmt.scale_rule == "none" else None
+    if fmt.bits <= 16:
+        vals = torch.from_numpy(fmt.values())
+        bad = vals.to(dtype).to(torch.float64) != vals
+        return float(vals[bad][0]) if bool(bad.any()) else None
+    if isinstance(fmt, (FloatFormat, Posit, UniformFormat)):
+        if fmt.precision > precision:
+            return 1.0 + fmt.eps if isinstance(fmt, FloatFormat) else fmt.max
+        if fmt.max > info.max:
+            return fmt.max
+        if fmt.smallest_subnormal < info.smallest_normal * info.eps or (
+            isinstance(fmt, Posit) and fmt.minpos < info.smallest_normal
+        ):
+            return fmt.smallest_subnormal
+        return None
+    return fmt.max  # other wide formats: only float64 holds them
+
+
+def check_fits(fmt: Format, dtype: torch.dtype) -> None:
+    """Raise `RepresentabilityError` unless `dtype` holds every value `fmt` can produce (no double rounding)."""
+    bad = _first_misfit(fmt, dtype)
+    if bad is not None:
+        raise RepresentabilityError(
+            f"an.ops results in {fmt.display_name()} include values such as {bad!r} that {dtype} cannot "
+            "hold exactly; pass float32 or float64 inputs (e.g. x.float()) to avoid a second rounding."
+        )
+
+
 def _finish(out: Any, dtype: torch.dtype) -> Any:
     """Cast the float64 outputs to the result dtype (exact: the format fits it); integers stay."""
     if isinstance(out, tuple):
@@ -175,7 +219,7 @@ def run(call: Call) -> Any:
     tensors = [to_torch(a, device) for a in call.args]
     dtype = _out_dtype(kind, call.args, tensors)
     st = call.settings(device)
-    check_representable(st.fmt, dtype)
+    check_fits(st.fmt, dtype)
     out = _run_torch(call, st, tensors, dtype)
     scalar = all(isinstance(a, (bool, int, float, np.generic)) for a in call.args)
     return _map(out, lambda t: from_torch(t, kind, scalar))
@@ -197,7 +241,7 @@ def _run_jax_traced(call: Call) -> Any:
     def host(*arrays: np.ndarray) -> Any:
         tensors = [_numpy_to_torch(np.asarray(a)) for a in arrays]
         dtype = _out_dtype("jax", arrays, tensors)
-        check_representable(st.fmt, dtype)
+        check_fits(st.fmt, dtype)
         out = _run_torch(call, st, tensors, dtype)
         return _map(out, lambda t: from_torch(t, "numpy", False))
 
@@ -261,7 +305,7 @@ def _run_dask(call: Call) -> Any:
     tensors = [torch.empty(0, dtype=_numpy_to_torch(np.zeros(0, a.dtype)).dtype) for a in arrays]
     dtype = _out_dtype("numpy", call.args, tensors)
     st = call.settings(torch.device("cpu"))
-    check_representable(st.fmt, dtype)
+    check_fits(st.fmt, dtype)
     if any(np.isnan(s) for a in arrays for s in a.shape):
         raise InputError("Dask arrays with unknown chunk sizes need x.compute_chunk_sizes() first.")
     rounded = _dask_round_inputs(call, st, arrays)

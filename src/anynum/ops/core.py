@@ -154,8 +154,14 @@ def make_settings(
 
 
 def round_input(t: torch.Tensor, st: Settings, k: int) -> torch.Tensor:
-    """Input `k` (0-based) rounded to the format in its own dtype, returned as float64."""
-    return st.quantize(t.detach(), k + 1).to(torch.float64)
+    """Input `k` (0-based) rounded to the format in its own dtype, returned as float64.
+
+    Integer and boolean inputs are values too (NumPy's rule): they are converted to float64 first.
+    """
+    t = t.detach()
+    if not t.is_floating_point():
+        t = t.to(torch.float64)
+    return st.quantize(t, k + 1).to(torch.float64)
 
 
 # --- the one rounding of an exact result s + e ---------------------------------------------------
