@@ -3,11 +3,13 @@
 `Quantizer` rounds activations forward and errors backward; `Policy` says which
 numbers of which layers use which format; `convert`/`restore` attach and
 remove quantization in place; `post_quantize` is the one-call PTQ; the layer
-classes are drop-in quantized torch layers; `audit` finds high-precision leaks.
+classes are drop-in quantized torch layers; `audit` finds high-precision leaks;
+`FaultInjector` flips bits in weights, activations or gradients.
 """
 
 from anynum.nn.audit import Leak, audit
 from anynum.nn.convert import convert, converted_layers, post_quantize, restore, select_layers
+from anynum.nn.faults import FaultInjector
 from anynum.nn.layers import (
     GRU,
     LSTM,
@@ -45,6 +47,7 @@ __all__ = [
     "Conv1d",
     "Conv2d",
     "Conv3d",
+    "FaultInjector",
     "LayerNorm",
     "Leak",
     "Linear",
