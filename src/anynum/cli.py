@@ -4,6 +4,7 @@
     anynum formats [--format markdown|csv|json] [--output FILE]
     anynum info NAME [--compare NAME ...] [--plot OUT.png]
     anynum study [grid options] [--out DIR] [--jobs N] [--shard i/n] [--dask-scheduler ADDR|local]
+    anynum faults [--formats ...] [--fields ...] [--bers ...] [--repeats N] [--out DIR]
     anynum bench                quantization speed against native casts and peers
 
 Errors are one line on stderr with exit code 2, never a traceback. See docs/cli.md.
@@ -229,6 +230,51 @@ def _render_rich(rows: list[dict[str, Any]], title: str) -> Any:
     return render_table(rows, title)
 
 
+def _cmd_faults(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from anynum.experiments.fault_report import table_markdown, write_fault_plot
+    from anynum.experiments.faults import FaultSpec, fault_baseline_task, fault_grid, fault_trial_task
+    from anynum.experiments.runner import run_study
+
+    for f in args.formats:
+        lookup_format(f)
+    spec = FaultSpec(args.dataset, args.model, args.formats, args.fields, args.bers, args.repeats,
+                     args.target, args.epochs, args.batch, args.seed)
+    grid = fault_grid(spec)
+    if not grid:
+        raise AnynumError("the fault grid is empty: no format has any of the fields given.")
+    result = run_study(grid, args.out, jobs=args.jobs, progress="none" if args.quiet else "auto",
+                       trial_task=fault_trial_task, baseline_task=fault_baseline_task)
+    text = table_markdown(result.rows)
+    title = (f"anynum faults: {len(result.rows)} trials ({result.new} new, {result.skipped} resumed) in "
+             f"{result.seconds:.1f} s; {args.target} bit flips on {args.dataset}/{args.model}; "
+             f"test accuracy in %, mean of {args.repeats} repeats")
+    print(title)
+    print(text)
+    out = Path(args.out)
+    written = [out / "results.jsonl"]
+    try:
+        (out / "table.md").write_text(f"{title}\n\n{text}\n", encoding="utf-8")
+        written.append(out / "table.md")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("matplotlib is not installed: no figure (pip install 'anynum[cli]')", file=sys.stderr)
+        else:
+            write_fault_plot(result.rows, out / "faults.png")
+            written.append(out / "faults.png")
+    except OSError as exc:
+        raise AnynumError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from None
+    print("wrote " + ", ".join(str(p) for p in written))
+    if result.failures:
+        raise AnynumError(
+            f"{len(result.failures)} trial(s) failed and were not recorded (rerun to retry); "
+            f"first: {result.failures[0]}"
+        )
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     import os
 
@@ -269,6 +315,9 @@ def _parser() -> argparse.ArgumentParser:
     ps = sub.add_parser("study", help="PTQ/QAT accuracy by format x rounding mode (the default job)")
     _study_arguments(ps)
     ps.set_defaults(func=_cmd_study)
+    pfa = sub.add_parser("faults", help="accuracy against bit error rate, per format and field")
+    _fault_arguments(pfa)
+    pfa.set_defaults(func=_cmd_faults)
     pb = sub.add_parser("bench", help="quantization speed against native casts and peers")
     pb.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 22, 1 << 24])
     pb.add_argument("--repeats", type=int, default=7)
@@ -298,6 +347,29 @@ def _study_arguments(ps: argparse.ArgumentParser) -> None:
     r.add_argument("--jobs", "-j", type=int, default=2, help="parallel worker processes (1: in process)")
     r.add_argument("--shard", metavar="i/n", help="run only every n-th trial starting at i (0 <= i < n)")
     r.add_argument("--dask-scheduler", metavar="ADDRESS", help="a Dask scheduler address, or 'local'")
+    r.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+
+
+def _fault_arguments(p: argparse.ArgumentParser) -> None:
+    from anynum.experiments.faults import DEFAULT_BERS, DEFAULT_FAULT_FORMATS
+
+    g = p.add_argument_group("grid (defaults: e4m3fn, posit8, int8 and MXFP8 weights of the digits MLP)")
+    g.add_argument("--formats", nargs="+", metavar="NAME", default=list(DEFAULT_FAULT_FORMATS))
+    g.add_argument("--fields", nargs="+", metavar="FIELD",
+                   help="fields to sweep (default: every field of each format: any sign exponent mantissa "
+                        "regime fraction integer element scale)")
+    g.add_argument("--bers", nargs="+", type=float, metavar="P", default=list(DEFAULT_BERS),
+                   help="bit error rates (probability that each stored bit flips)")
+    g.add_argument("--repeats", type=int, default=5, help="independent fault draws per point")
+    g.add_argument("--target", choices=("weight", "activation"), default="weight")
+    g.add_argument("--dataset", default="digits")
+    g.add_argument("--model", default="mlp")
+    g.add_argument("--epochs", type=int, default=10, help="training epochs of the fp32 baseline")
+    g.add_argument("--batch", type=int, default=32)
+    g.add_argument("--seed", type=int, default=0)
+    r = p.add_argument_group("running")
+    r.add_argument("--out", default="anynum-faults", metavar="DIR", help="results directory")
+    r.add_argument("--jobs", "-j", type=int, default=1, help="parallel worker processes (1: in process)")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress output")
 
 

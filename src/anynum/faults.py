@@ -191,10 +191,13 @@ def _draw(eligible: torch.Tensor, width: int, p: float | None, count: int | None
 
 def _check_args(p: Any, count: Any) -> None:
     if (p is None) == (count is None):
-        raise InputError("flip_bits needs exactly one of p= (per-bit flip probability) or count= (bits per element).")
-    if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0):
+        raise InputError(
+            "flip_bits needs exactly one of p= (per-bit flip probability) or count= (bits per element)."
+        )
+    if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= float(p) <= 1):
         raise InputError(f"p must be a probability in [0, 1], got {p!r}.")
-    if count is not None and (isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0):
+    bad_count = isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0
+    if count is not None and bad_count:
         raise InputError(f"count must be a non-negative int (bits flipped per element), got {count!r}.")
 
 
@@ -260,7 +263,8 @@ def flip_bits(
     scalar = not hasattr(x, "shape")
     if isinstance(f, Block):
         values, mask = _flip_block(t, f, p, count, field, bits, rng)
-        out_mask: Any = BlockCodes(*(None if m is None else from_torch(m, kind, False) for m in mask))
+        parts = [None if m is None else from_torch(m, kind, False) for m in mask]
+        out_mask: Any = BlockCodes(parts[0], parts[1], parts[2])  # type: ignore[arg-type]
     else:
         codes = an.encode(t.detach(), f)
         if bits is not None:

@@ -84,7 +84,7 @@ def test_converted_layers_give_their_formats():
         model(torch.randn(2, 8))
         assert set(fi.flips) == {"0.weight", "2.weight", "0:activation", "2:activation"} or \
             set(fi.flips) >= {"0.weight", "2.weight"}
-    with pytest.raises(InputError, match="convert it with an.nn.convert first, or pass fmt="):
+    with pytest.raises(InputError, match=r"convert it with an\.nn\.convert first, or pass fmt="):
         an.nn.FaultInjector(mlp(), count=1)
 
 
@@ -106,5 +106,5 @@ def test_bad_arguments():
         an.nn.FaultInjector(mlp(), "bf16")
     with pytest.raises(InputError, match="scale must be"):
         an.nn.FaultInjector(mlp(), "bf16", p=0.1, scale="channel")
-    with pytest.raises(InputError, match="torch.nn.Module"):
+    with pytest.raises(InputError, match=r"torch\.nn\.Module"):
         an.nn.FaultInjector(42, "bf16", p=0.1)

@@ -188,7 +188,7 @@ def round_float(v: Fraction, fmt: an.FloatFormat, mode: str, overflow: str) -> f
 
 @functools.cache
 def posit_table(n: int, es: int) -> tuple[list[Fraction], list[Fraction]]:
-    """Positive posit values (index = code) and the boundaries between codes L, L+1 (code 2L+1 of n+1 bits)."""
+    """Positive posit values (index = code) and boundaries between codes L, L+1 (code 2L+1 of n+1 bits)."""
     top = 1 << (n - 1)
     vals = [decode_posit(c, n, es) for c in range(top)]
     bounds = [decode_posit(2 * c + 1, n + 1, es) for c in range(top - 1)]
@@ -281,3 +281,17 @@ def near_boundary(v: Fraction, fmt, mode: str, rel: float) -> bool:
     if mode in NEAREST:
         return round_ref(v - tol, fmt, mode) != round_ref(v + tol, fmt, mode)
     return False
+
+
+def isqrt_proxy(v: Fraction) -> Fraction:
+    """A rational strictly between the same grid boundaries as sqrt(v) (or sqrt(v) itself when exact)."""
+    K = 2400
+    num = v.numerator * (1 << (2 * K))
+    r = math.isqrt(num // v.denominator)
+    cand = Fraction(r, 1 << K)
+    while cand * cand > v:  # floor(num / den) may undershoot by less than 1: correct downward
+        r -= 1
+        cand = Fraction(r, 1 << K)
+    if cand * cand == v:
+        return cand
+    return cand + Fraction(1, 1 << (K + 1))

@@ -10,14 +10,18 @@ decides directed, odd and tie cases (DESIGN.md Resolution 6).
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from reference import DETERMINISTIC, round_ref
 
 import anynum as an
+
+sys.path.insert(0, str(Path(__file__).parent))  # the exact references beside this file
+from reference import DETERMINISTIC, isqrt_proxy, round_ref
 
 pytestmark = pytest.mark.usefixtures("eager_only")
 
@@ -59,20 +63,6 @@ def structured_pairs(fmt) -> tuple[np.ndarray, np.ndarray]:
     x = an.quantize(torch.tensor(xs, dtype=torch.float64), fmt, overflow="saturate").numpy()
     y = an.quantize(torch.tensor(ys, dtype=torch.float64), fmt, overflow="saturate").numpy()
     return x, y
-
-
-def isqrt_proxy(v: Fraction) -> Fraction:
-    """A rational strictly between the same grid boundaries as sqrt(v) (or sqrt(v) itself when exact)."""
-    K = 2400
-    num = v.numerator * (1 << (2 * K))
-    r = math.isqrt(num // v.denominator)
-    cand = Fraction(r, 1 << K)
-    while cand * cand > v:  # floor(num / den) may undershoot by less than 1: correct downward
-        r -= 1
-        cand = Fraction(r, 1 << K)
-    if cand * cand == v:
-        return cand
-    return cand + Fraction(1, 1 << (K + 1))
 
 
 EXACT = {
@@ -138,10 +128,12 @@ def test_ldexp_and_diff(fmt):
     n = np.random.default_rng(7).integers(-40, 40, x.size)
     for mode in DETERMINISTIC:
         got = an.ops.ldexp(torch.from_numpy(x), torch.from_numpy(n), fmt, mode).numpy()
-        want = [round_ref(Fraction(v) * Fraction(2) ** int(k), fmt, mode) for v, k in zip(x.tolist(), n.tolist())]
+        want = [round_ref(Fraction(v) * Fraction(2) ** int(k), fmt, mode)
+                for v, k in zip(x.tolist(), n.tolist())]
         assert np.array_equal(got, np.array(want), equal_nan=True), (fmt, mode)
         d = an.ops.diff(torch.from_numpy(x), fmt, mode).numpy()
-        want_d = [round_ref(Fraction(b) - Fraction(a), fmt, mode) for a, b in zip(x[:-1].tolist(), x[1:].tolist())]
+        want_d = [round_ref(Fraction(b) - Fraction(a), fmt, mode)
+                  for a, b in zip(x[:-1].tolist(), x[1:].tolist())]
         assert np.array_equal(d, np.array(want_d), equal_nan=True), (fmt, mode)
 
 

@@ -290,6 +290,8 @@ class _Progress:
 def _label(row: dict[str, Any]) -> str:
     score = row.get("score")
     s = "nan" if score is None else f"{score:.2f}"
+    if "label" in row:  # rows of other studies (anynum faults) say what they are
+        return f"{row['label']}: {s}"
     return f"{row['mode']} {row['dataset']}/{row['model']} {row['format']} {row['rounding']}: {s}"
 
 
@@ -312,15 +314,22 @@ def _connect_dask(address: str, jobs: int) -> tuple[Any, Any]:
 
 
 def run_study(
-    trials: StudySpec | Sequence[TrialConfig],
+    trials: StudySpec | Sequence[Any],
     out_dir: str | os.PathLike[str] = "anynum-results",
     *,
     jobs: int = 1,
     shard: tuple[int, int] | None = None,
     dask_scheduler: str | None = None,
     progress: str = "auto",
+    trial_task: Callable[[dict[str, Any], str], dict[str, Any]] = _trial_task,
+    baseline_task: Callable[[dict[str, Any], str], Any] = _baseline_task,
 ) -> StudyResult:
     """Run every unfinished trial of a grid, appending rows to ``out_dir/results.jsonl``.
+
+    Other studies reuse this runner with their own trials (objects with
+    ``trial_id``, ``baseline_id`` and ``as_dict()``) and module-level
+    ``trial_task(config_dict, cache_dir) -> row`` and ``baseline_task`` functions
+    (picklable, for the process pool); a row may carry a ``label`` for the progress line.
 
     `progress`: ``"bar"`` (tqdm), ``"log"`` (one line per trial on stderr),
     ``"none"``, or ``"auto"`` (a bar when stdout is a terminal, else log lines).
@@ -364,20 +373,23 @@ def run_study(
         if baselines:
             prog.note(f"training {len(baselines)} fp32 baseline(s)")
             args = [(t.as_dict(), cache_dir) for t in baselines.values()]
-            for _, _, exc in _execute(_baseline_task, args, jobs, client):
+            for _, _, exc in _execute(baseline_task, args, jobs, client):
                 if exc is not None:
                     failures.append(f"baseline: {exc}")
         # Phase 2: the trials; each row is appended the moment it arrives.
         new_rows: dict[str, dict[str, Any]] = {}
         with results_path.open("a", encoding="utf-8") as fh:
             args = [(t.as_dict(), cache_dir) for t in pending]
-            for i, row, exc in _execute(_trial_task, args, jobs, client):
+            for i, row, exc in _execute(trial_task, args, jobs, client):
                 t = pending[i]
                 if exc is not None:
-                    msg = f"{t.mode} {t.dataset}/{t.model} {t.format} {t.rounding}: {exc}"
+                    what = getattr(t, "label", None) or (
+                        f"{t.mode} {t.dataset}/{t.model} {t.format} {t.rounding}"
+                    )
+                    msg = f"{what}: {exc}"
                     failures.append(msg)
                     prog.note(f"FAILED {msg}")
-                    prog.step(f"{t.format} {t.rounding} failed")
+                    prog.step(f"{getattr(t, 'label', None) or f'{t.format} {t.rounding}'} failed")
                     continue
                 fh.write(json.dumps(row, sort_keys=True) + "\n")
                 fh.flush()

@@ -48,10 +48,12 @@ __all__ = [
     "DEFAULT_LR",
     "TRIAL_VERSION",
     "TrialConfig",
+    "digest",
     "evaluate",
     "format_spec",
     "run_trial",
     "train_baseline",
+    "trial_environment",
 ]
 
 #: Bumped whenever the training or evaluation procedure changes (part of every trial id).
@@ -84,7 +86,8 @@ def format_spec(fmt: Format | str) -> dict[str, Any]:
     return {"family": type(f).__name__, **fields}
 
 
-def _digest(obj: Any) -> str:
+def digest(obj: Any) -> str:
+    """A short stable hash of a JSON-able object (trial and baseline ids)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -159,18 +162,18 @@ class TrialConfig:
     @property
     def baseline_id(self) -> str:
         """Hash of `baseline_key` (file name of the cached baseline)."""
-        return _digest(self.baseline_key())
+        return digest(self.baseline_key())
 
     @property
     def trial_id(self) -> str:
         """Hash of everything that determines the result (format by parameters, not name)."""
         key = {**self.baseline_key(), "mode": self.mode, "format": format_spec(self.format)}
         key["rounding"] = self.rounding
-        return _digest(key)
+        return digest(key)
 
 
 @contextlib.contextmanager
-def _trial_environment() -> Iterator[None]:
+def trial_environment() -> Iterator[None]:
     """One thread and eager kernels (deterministic, no compile latency); restored afterwards."""
     threads = torch.get_num_threads()
     compile_env = os.environ.get("ANYNUM_COMPILE")
@@ -285,7 +288,7 @@ def train_baseline(
     >>> score > 30.0
     True
     """
-    with _trial_environment():
+    with trial_environment():
         key_json = json.dumps(cfg.baseline_key(), sort_keys=True)
         state, score = _baseline_cached(key_json, None if cache_dir is None else str(cache_dir))
         model = build_model(cfg.model, load_dataset(cfg.dataset))
@@ -326,7 +329,7 @@ def run_trial(
     fmt = lookup_format(cfg.format)
     data = load_dataset(cfg.dataset)
     baseline, base_score = train_baseline(cfg, cache_dir)
-    with _trial_environment():
+    with trial_environment():
         import anynum.nn as ann
 
         policy = ann.Policy(weight=fmt, activation=fmt, rounding=cfg.rounding, seed=cfg.seed)

@@ -144,7 +144,9 @@ class FaultInjector:
         if scale not in _SCALES:
             raise InputError(f"scale must be None or 'tensor', got {scale!r}.")
         if (p is None) == (count is None):
-            raise InputError("FaultInjector needs exactly one of p= (bit error rate) or count= (bits per element).")
+            raise InputError(
+                "FaultInjector needs exactly one of p= (bit error rate) or count= (bits per element)."
+            )
         self.fmt = None if fmt is None else (an.format(fmt) if isinstance(fmt, str) else fmt)
         self.options: dict[str, Any] = dict(p=p, count=count, field=field, bits=bits, scale=scale)
         self.seed = int(seed)
@@ -249,4 +251,5 @@ class FaultInjector:
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items() if v is not None and v != "any")
-        return f"FaultInjector({self.fmt!r}, {opts}, sites={len(self.flips)}, flips={sum(self.flips.values())})"
+        total = sum(self.flips.values())
+        return f"FaultInjector({self.fmt!r}, {opts}, sites={len(self.flips)}, flips={total})"

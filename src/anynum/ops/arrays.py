@@ -181,7 +181,7 @@ def _first_misfit(fmt: Format, dtype: torch.dtype) -> float | None:
 
 
 def check_fits(fmt: Format, dtype: torch.dtype) -> None:
-    """Raise `RepresentabilityError` unless `dtype` holds every value `fmt` can produce (no double rounding)."""
+    """Raise `RepresentabilityError` unless `dtype` holds every value `fmt` can produce (no 2nd rounding)."""
     bad = _first_misfit(fmt, dtype)
     if bad is not None:
         raise RepresentabilityError(
@@ -232,7 +232,9 @@ def _run_jax_traced(call: Call) -> Any:
     import jax
 
     if call.jax_like is None:
-        raise InputError("this an.ops function cannot run inside jax.jit; call it outside the traced function.")
+        raise InputError(
+            "this an.ops function cannot run inside jax.jit; call it outside the traced function."
+        )
     st = call.settings(torch.device("cpu"))
     if st.mode.is_stochastic and st.rng is None:  # pragma: no cover - make_settings always gives one
         raise InputError("stochastic rounding under jax.jit needs a seed= or a PRNG key.")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -42,9 +43,26 @@ from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FP64, FloatFormat
 from anynum.formats.posit import Posit
 from anynum.formats.table import Table
-from anynum.rounding import RandomSource, Rounding, RoundingLike, make_random_source, parse_rounding, round_scaled
+from anynum.rounding import (
+    RandomSource,
+    Rounding,
+    RoundingLike,
+    make_random_source,
+    parse_rounding,
+    round_scaled,
+)
 
-__all__ = ["DOMAINS", "Settings", "check_domain", "make_settings", "round_exact", "round_input", "seed_from_jax_key"]
+__all__ = [
+    "DOMAINS",
+    "Settings",
+    "check_domain",
+    "float32_carries",
+    "make_settings",
+    "odd_rounding_applies",
+    "round_exact",
+    "round_input",
+    "seed_from_jax_key",
+]
 
 #: What an out-of-domain input gives: NumPy's NaN/inf plus a RuntimeWarning, an error, or silence.
 DOMAINS = ("nan", "raise", "ignore")
@@ -99,8 +117,16 @@ class Settings:
         return dataclasses.replace(self, rng=rng)
 
     def quantize(self, t: torch.Tensor, k: int, mode: Rounding | None = None) -> torch.Tensor:
-        """`an.quantize` of a float tensor with these settings and random stream block `k`."""
+        """`an.quantize` of a float tensor with these settings and random stream block `k`.
+
+        A float64 tensor in a deterministic mode is rounded through its float32
+        round-to-odd where that is exact (`float32_carries`): the same result,
+        on anynum's fast float32 kernels.
+        """
         m = self.mode if mode is None else mode
+        if t.dtype == torch.float64 and not m.is_stochastic and float32_carries(self.fmt):
+            narrow = an.quantize(_to_odd32(t), self.fmt, m, overflow=self.overflow)
+            return narrow.to(torch.float64)  # type: ignore[no-any-return]
         return an.quantize(  # type: ignore[no-any-return]
             t,
             self.fmt,
@@ -173,7 +199,8 @@ def _even_float64(q: Fraction) -> bool:
         return True
     num = abs(q.numerator)
     odd_part_bits = (num // (num & -num)).bit_length()
-    return q.denominator & (q.denominator - 1) == 0 and odd_part_bits <= 52 and 2.0**-1020 <= abs(q) < 2.0**1023
+    dyadic = q.denominator & (q.denominator - 1) == 0
+    return dyadic and odd_part_bits <= 52 and 2.0**-1020 <= abs(q) < 2.0**1023
 
 
 @functools.lru_cache(maxsize=256)
@@ -199,9 +226,60 @@ def odd_rounding_applies(fmt: Format) -> bool:
         if fmt.boundaries is not None:
             bounds = [Fraction(b) for b in fmt.boundaries]
         else:
-            bounds = [(a + b) / 2 for a, b in zip(vals[:-1], vals[1:])]
+            bounds = [(a + b) / 2 for a, b in itertools.pairwise(vals)]
         return all(_even_float64(v) for v in vals + bounds)
     return False
+
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def _fits_float32(q: Fraction) -> bool:
+    """Whether rational q is a float32 whose last significand bit is 0 (normal or subnormal)."""
+    if q == 0:
+        return True
+    if q.denominator & (q.denominator - 1) or abs(q) >= Fraction(2) ** 127:
+        return False
+    scaled = abs(q) * Fraction(2) ** 148  # float32 subnormals are multiples of 2**-149
+    if scaled.denominator != 1:
+        return False
+    num = scaled.numerator
+    return (num // (num & -num)).bit_length() <= 23
+
+
+@functools.lru_cache(maxsize=256)
+def float32_carries(fmt: Format) -> bool:
+    """Whether a float32 round-to-odd of a value rounds onto `fmt` like the value itself (every mode but SR).
+
+    True when every value and rounding boundary of `fmt` is a float32 with a 0
+    last bit: formats of at most 22 significand bits whose range, boundaries and
+    overflow threshold lie inside float32's (bf16, fp16, the FP8/FP6/FP4 family,
+    posits up to 22 bits of precision within 2**±126, fixed point up to 22 bits).
+    """
+    if isinstance(fmt, FloatFormat):
+        return fmt.precision <= 22 and fmt.min_quantum_exponent() >= -147 and fmt.emax <= 127
+    if isinstance(fmt, Posit):
+        low = fmt.emin - ((1 << fmt.es) if fmt.underflow == "zero" else 0)
+        return fmt.precision <= 22 and low >= -126 and fmt.emax <= 126
+    if isinstance(fmt, UniformFormat):
+        return fmt.bits <= 22 and fmt.step_exp >= -147 and fmt.max < 2.0**126
+    if isinstance(fmt, Table) and len(fmt) <= 1 << 16:
+        vals = [Fraction(float(v)) for v in fmt.values()]
+        bounds = ([Fraction(b) for b in fmt.boundaries] if fmt.boundaries is not None
+                  else [(a + b) / 2 for a, b in itertools.pairwise(vals)])
+        return all(_fits_float32(v) for v in vals + bounds)
+    return False  # blocks (scales reach beyond float32) and wider formats: float64
+
+
+def _to_odd32(t: torch.Tensor) -> torch.Tensor:
+    """float32 round-to-odd of float64 values (beyond float32's range: ±FLT_MAX, which is odd)."""
+    y = t.to(torch.float32)
+    finite = torch.isfinite(t)
+    y = torch.where(finite & torch.isinf(y), torch.copysign(torch.full_like(y, _FLOAT32_MAX), y), y)
+    back = y.to(torch.float64)
+    step = finite & (back != t) & ((y.view(torch.int32) & 1) == 0)
+    toward = torch.where(t > back, torch.inf, -torch.inf).to(torch.float32)
+    return torch.where(step, torch.nextafter(y, toward), y)
 
 
 def _to_odd(s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:

@@ -232,7 +232,8 @@ rad2deg, deg2rad = degrees, radians
 abs = _unary("abs", torch.abs, "absolute value", _EXACT, "", None,
              _ex('torch.tensor([-1.3]), "e4m3fn"', "[1.25]"))
 fabs = abs
-negative = _unary("negative", torch.neg, "-x", _EXACT, "", None, _ex('torch.tensor([1.3]), "e4m3fn"', "[-1.25]"))
+negative = _unary("negative", torch.neg, "-x", _EXACT, "", None,
+                  _ex('torch.tensor([1.3]), "e4m3fn"', "[-1.25]"))
 sign = _unary("sign", _sign, "-1, 0 or 1 by the sign of x (NaN stays NaN)", _EXACT, "", None,
               _ex('torch.tensor([-0.3, 0.0]), "e4m3fn"', "[-1.0, 0.0]"))
 floor = _unary("floor", torch.floor, "largest integer <= x", _EXACT, "", None,
@@ -326,7 +327,8 @@ power = _binary("power", _power, "x ** y", _LIBM + " (exact for exponents 2, -1 
                 _ex('torch.tensor([2.0, 3.0]), torch.tensor([0.5, 2.0]), "bf16"', "[1.4140625, 9.0]"),
                 pair=True, never_zero=lambda x, y: x != 0)
 float_power = power
-arctan2 = _binary("arctan2", torch.atan2, "the angle of the point (x=y, y=x): atan(x / y) in the right quadrant",
+arctan2 = _binary("arctan2", torch.atan2,
+                  "the angle of the point (x=y, y=x): atan(x / y) in the right quadrant",
                   _LIBM, "", None, _ex('torch.tensor([1.0]), torch.tensor([-1.0]), "bf16"', "[2.359375]"))
 hypot = _binary("hypot", torch.hypot, "sqrt(x**2 + y**2)", _LIBM, "", None,
                 _ex('torch.tensor([3.0, 1.0]), torch.tensor([4.0, 1.0]), "bf16"', "[5.0, 1.4140625]"))
@@ -377,7 +379,7 @@ bitwise_xor = _binary("bitwise_xor", _bitwise(torch.bitwise_xor),
 def fma(x: Any, y: Any, z: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *,
         overflow: str | None = None, seed: int | None = None, generator: Any = None,
         rand_bits: int | None = None, domain: str = "nan") -> Any:
-    """fma: x * y + z with one rounding (fused multiply-add), computed exactly: correctly rounded in every mode.
+    """fma: x * y + z with one rounding (fused multiply-add), exact: correctly rounded in every mode.
 
     NaN, ±inf and -0 follow IEEE 754 fusedMultiplyAdd on the rounded inputs, then the
     format. The arguments are described in `anynum.ops`.
@@ -430,7 +432,8 @@ def ldexp(x: Any, n: Any, fmt: Format | str, rounding: RoundingLike = "nearest",
     """
     opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
                 rand_bits=rand_bits, domain=domain)
-    if isinstance(n, float) or (hasattr(n, "dtype") and str(n.dtype).split(".")[-1].startswith(("float", "bfl"))):
+    dtype_name = str(getattr(n, "dtype", "")).split(".")[-1]
+    if isinstance(n, float) or dtype_name.startswith(("float", "bfloat")):
         raise InputError(f"an.ops.ldexp needs integer exponents n, got {type(n).__name__} of floats.")
     body = _body("ldexp", exact.ldexp, None, "", pair=True)
     return _call("ldexp", (x, n), body, opts, jax_like=_jnp("ldexp"), rounded=(True, False))

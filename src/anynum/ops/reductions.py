@@ -1,4 +1,4 @@
-"""Reductions and products of `anynum.ops`: sum, prod, mean, var, std, cumsum, cumprod, dot, matmul, diff, norm.
+"""Reductions of `anynum.ops`: sum, prod, mean, var, std, cumsum, cumprod, dot, matmul, diff, norm.
 
 ``accumulate=None`` (the default) computes in float64 and rounds once to `fmt`:
 exact where float64 is (short sums of values with few significant bits), and
@@ -34,6 +34,7 @@ from anynum.ops.core import Settings, check_domain, make_settings, round_exact
 from anynum.rounding import Rounding, RoundingLike
 
 Axes = int | Sequence[int] | None
+_META = np.array((), dtype=np.float64)  # what Dask would otherwise infer by calling the block function
 
 
 # --- arguments --------------------------------------------------------------------------------------
@@ -102,8 +103,8 @@ def _dask_whole(axes: tuple[int, ...] | None, keepdims: bool, ndim: int,
         x = x.rechunk({a: -1 for a in red})
         if keepdims:
             chunks = tuple((1,) if i in red else c for i, c in enumerate(x.chunks))
-            return x.map_blocks(runner(), chunks=chunks, dtype=np.float64, meta=np.array((), dtype=np.float64))
-        return x.map_blocks(runner(), drop_axis=red, dtype=np.float64, meta=np.array((), dtype=np.float64))
+            return x.map_blocks(runner(), chunks=chunks, dtype=np.float64, meta=_META)
+        return x.map_blocks(runner(), drop_axis=red, dtype=np.float64, meta=_META)
 
     return plan
 
@@ -371,7 +372,7 @@ def _cumulative(name: str, x: Any, axis: int | None, dim: int | None, accumulate
     def dask(rounded: list[Any], runner: Callable[..., Any]) -> Any:
         v = rounded[0] if axes is not None else rounded[0].reshape(-1)
         ax = _resolve(name, axes, v.ndim)[0] if axes is not None else 0
-        return v.rechunk({ax: -1}).map_blocks(runner(), dtype=np.float64, meta=np.array((), dtype=np.float64))
+        return v.rechunk({ax: -1}).map_blocks(runner(), dtype=np.float64, meta=_META)
 
     return _call(name, (x,), body, opts, jax_like, dask)
 
@@ -433,7 +434,8 @@ def _dot_like(name: str, x: Any, y: Any, accumulate: Any, order: Any, fma: bool,
             return round_exact(s, e, st)
         s = _contract(a, b, numpy_dot) if acc is None else accumulated(st, a, b)
         na, nb = torch.isnan(a).to(a.dtype), torch.isnan(b).to(b.dtype)
-        nan_in = (_contract(na, torch.ones_like(b), numpy_dot) + _contract(torch.ones_like(a), nb, numpy_dot)) > 0
+        nan_in = (_contract(na, torch.ones_like(b), numpy_dot)
+                  + _contract(torch.ones_like(a), nb, numpy_dot)) > 0
         check_domain(st, s, (a, b), None, "no 0 * inf or inf - inf", nan_in=nan_in)
         return round_exact(s, None, st)
 
@@ -447,13 +449,15 @@ def _dot_like(name: str, x: Any, y: Any, accumulate: Any, order: Any, fma: bool,
 
         a, b = rounded
         if acc is not None:
-            raise InputError(f"an.ops.{name} with accumulate= on Dask arrays: compute them first (x.compute()).")
+            raise InputError(
+                f"an.ops.{name} with accumulate= on Dask arrays: compute them first (x.compute())."
+            )
         s = (da.dot if numpy_dot else da.matmul)(a, b)
 
         def round_only(st: Settings, v: torch.Tensor) -> torch.Tensor:
             return round_exact(v, None, st)
 
-        return s.map_blocks(runner(round_only), dtype=np.float64, meta=np.array((), dtype=np.float64))
+        return s.map_blocks(runner(round_only), dtype=np.float64, meta=_META)
 
     return _call(name, (x, y), body, opts, jax_like, dask)
 
@@ -522,7 +526,7 @@ def diff(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, n: in
         ax = _resolve("diff", axes, v.ndim)[0]
         v = v.rechunk({ax: -1})
         chunks = tuple((builtins.max(v.shape[ax] - n, 0),) if i == ax else c for i, c in enumerate(v.chunks))
-        return v.map_blocks(runner(), chunks=chunks, dtype=np.float64, meta=np.array((), dtype=np.float64))
+        return v.map_blocks(runner(), chunks=chunks, dtype=np.float64, meta=_META)
 
     return _call("diff", (x,), body, opts, jax_like, dask)
 
