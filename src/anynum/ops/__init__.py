@@ -58,13 +58,11 @@ from anynum.ops.elementwise import (
     arctan,
     arctan2,
     arctanh,
-    around,
     bitwise_and,
     bitwise_or,
     bitwise_xor,
     cbrt,
     ceil,
-    clip,
     conj,
     copysign,
     cos,
@@ -81,15 +79,12 @@ from anynum.ops.elementwise import (
     float_power,
     floor,
     floor_divide,
-    fma,
     fmax,
     fmin,
     fmod,
-    frexp,
     gamma,
     hypot,
     imag,
-    ldexp,
     lgamma,
     log,
     log1p,
@@ -100,7 +95,6 @@ from anynum.ops.elementwise import (
     maximum,
     minimum,
     mod,
-    modf,
     multiply,
     negative,
     power,
@@ -110,7 +104,6 @@ from anynum.ops.elementwise import (
     reciprocal,
     remainder,
     rint,
-    round,
     sign,
     sin,
     sinh,
@@ -122,7 +115,9 @@ from anynum.ops.elementwise import (
     true_divide,
     trunc,
 )
-from anynum.ops.reductions import cumprod, cumsum, diff, dot, matmul, mean, norm, prod, std, sum, var
+from anynum.ops.linalg import dot, matmul
+from anynum.ops.reductions import cumprod, cumsum, diff, mean, norm, prod, std, sum, var
+from anynum.ops.special import around, clip, fma, frexp, ldexp, modf, round
 
 __all__ = [
     "abs", "add", "angle", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh",

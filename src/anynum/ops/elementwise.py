@@ -8,19 +8,15 @@ the transcendental ones round float64's libm result (DESIGN.md, Resolution 6).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from anynum.errors import InputError
 from anynum.formats.base import Format
 from anynum.ops import exact
-from anynum.ops.arrays import Call, run
-from anynum.ops.core import Settings, check_domain, make_settings, round_exact
-from anynum.rounding import Rounding, RoundingLike
-
-Pole = Callable[..., torch.Tensor] | None
+from anynum.ops.build import SHAPE_1, SHAPE_2, Pole, call, make_body
+from anynum.rounding import RoundingLike
 
 _EXACT = "computed exactly and rounded once: correctly rounded in every mode"
 _LIBM = (
@@ -43,97 +39,17 @@ def _doc(title: str, how: str, domain: str, npname: str, example: tuple[str, str
     return text + _EXAMPLE.format(name=title.split(":")[0].split()[0], args=example[0], out=example[1])
 
 
-def _call(name: str, args: Sequence[Any], body: Callable[..., Any], opts: dict[str, Any], *,
-          jax_like: Callable[..., Any] | None = None, rounded: Sequence[bool] | None = None,
-          outputs: tuple[str, ...] = ("f",)) -> Any:
-    def settings(device: torch.device) -> Settings:
-        return make_settings(name, device=device, **opts)
-
-    return run(Call(settings, args, body, rounded, jax_like, None, outputs))
-
-
-def _jnp(name: str) -> Callable[..., Any]:
-    """A jax.numpy function with the output shapes and dtypes of ours (for ``jax.jit``)."""
-
-    def like(*a: Any) -> Any:
-        import jax.numpy as jnp
-
-        return getattr(jnp, name)(*a)
-
-    return like
-
-
-_SHAPE_1 = _jnp("sin")  # elementwise, float result
-_SHAPE_2 = _jnp("arctan2")  # broadcast, float result
-
-
-_DBL_MAX = torch.finfo(torch.float64).max
-_BEYOND = 2.0**900  # an error term standing for "further out than float64's largest value"
-_TINY = 2.0**-1074
-
-
-def _range_pair(s: torch.Tensor, e: torch.Tensor | None, xs: Sequence[torch.Tensor], pole: Pole,
-                never_zero: Pole, st: Settings) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A float64 result with float64's own overflow and underflow undone, as a pair (s, e).
-
-    float64 gives ±inf for a finite exact value beyond its range, and libm 0 for a
-    nonzero one below it. Directed, odd and stochastic rounding need to know such a
-    value is finite, or nonzero: it becomes ±DBL_MAX (or ±0) with an error term of
-    its sign (posits then saturate instead of becoming NaR). Poles stay ±inf, and
-    rounding to nearest on float64's own range keeps float64's result.
-    """
-    if st.mode.is_nearest and st.fmt.max >= _DBL_MAX:
-        return s, e
-    finite = torch.ones(s.shape, dtype=torch.bool, device=s.device)
-    for t in xs:
-        finite = finite & torch.isfinite(t)
-    over = torch.isinf(s) & finite
-    if pole is not None:
-        over = over & ~pole(*xs)
-    under = (s == 0) & finite & never_zero(*xs) if never_zero is not None else None
-    if under is not None and e is not None:
-        under = under & (e == 0)
-    if not bool(over.any()) and (under is None or not bool(under.any())):
-        return s, e
-    e = torch.zeros_like(s) if e is None else e
-    e = torch.where(over, torch.copysign(torch.full_like(s, _BEYOND), s), e)
-    s = torch.where(over, torch.copysign(torch.full_like(s, _DBL_MAX), s), s)
-    if under is not None:
-        e = torch.where(under, torch.copysign(torch.full_like(s, _TINY), s), e)
-    return s, e
-
-
-def _body(name: str, f: Callable[..., Any], pole: Pole, where: str, *, pair: bool,
-          down_aware: bool = False, never_zero: Pole = None) -> Callable[..., Any]:
-    """The body of a function: compute (a pair or a value), check the domain, round once."""
-
-    def body(st: Settings, *xs: torch.Tensor) -> torch.Tensor:
-        if down_aware:
-            out = f(*xs, round_down=st.mode is Rounding.DOWN)
-        else:
-            out = f(*xs)
-        s, e = out if pair else (out, None)
-        check_domain(st, s, xs, pole, where)
-        s, e = _range_pair(s, e, xs, pole, never_zero, st)
-        return round_exact(s, e, st)
-
-    return body
-
-
-# --- unary functions ------------------------------------------------------------------------------
-
-
 def _unary(name: str, f: Callable[..., Any], title: str, how: str, domain: str, pole: Pole,
            example: tuple[str, str], *, pair: bool = False, npname: str | None = None,
            never_zero: Pole = None) -> Callable[..., Any]:
-    body = _body(name, f, pole, domain, pair=pair, never_zero=never_zero)
+    body = make_body(name, f, pole, domain, pair=pair, never_zero=never_zero)
 
     def op(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, overflow: str | None = None,
            seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
            domain: str = "nan") -> Any:
         opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
                     rand_bits=rand_bits, domain=domain)
-        return _call(name, (x,), body, opts, jax_like=_SHAPE_1)
+        return call(name, (x,), body, opts, jax_like=SHAPE_1)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = _doc(f"{name}: {title}", how, domain, npname or f"np.{name}", example)
@@ -261,14 +177,14 @@ imag = _unary("imag", torch.zeros_like, "0 (real inputs)", _EXACT, "", None,
 def _binary(name: str, f: Callable[..., Any], title: str, how: str, domain: str, pole: Pole,
             example: tuple[str, str], *, pair: bool = False, down_aware: bool = False,
             npname: str | None = None, never_zero: Pole = None) -> Callable[..., Any]:
-    body = _body(name, f, pole, domain, pair=pair, down_aware=down_aware, never_zero=never_zero)
+    body = make_body(name, f, pole, domain, pair=pair, down_aware=down_aware, never_zero=never_zero)
 
     def op(x: Any, y: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *,
            overflow: str | None = None, seed: int | None = None, generator: Any = None,
            rand_bits: int | None = None, domain: str = "nan") -> Any:
         opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
                     rand_bits=rand_bits, domain=domain)
-        return _call(name, (x, y), body, opts, jax_like=_SHAPE_2)
+        return call(name, (x, y), body, opts, jax_like=SHAPE_2)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = _doc(f"{name}: {title}", how, domain, npname or f"np.{name}", example)
@@ -372,151 +288,3 @@ bitwise_xor = _binary("bitwise_xor", _bitwise(torch.bitwise_xor),
                       "x ^ y of the values truncated to int64 (Pychop's bitwise methods)", _EXACT,
                       "finite x and y below 2**63", None,
                       _ex('torch.tensor([6.0]), torch.tensor([3.0]), "bf16"', "[5.0]"))
-
-
-# --- functions with their own signatures -----------------------------------------------------------
-
-def fma(x: Any, y: Any, z: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *,
-        overflow: str | None = None, seed: int | None = None, generator: Any = None,
-        rand_bits: int | None = None, domain: str = "nan") -> Any:
-    """fma: x * y + z with one rounding (fused multiply-add), exact: correctly rounded in every mode.
-
-    NaN, ±inf and -0 follow IEEE 754 fusedMultiplyAdd on the rounded inputs, then the
-    format. The arguments are described in `anynum.ops`.
-
-    >>> import anynum as an, torch
-    >>> x = torch.tensor([1.0 + 2**-7])
-    >>> an.ops.fma(x, x, -torch.tensor([1.0]), "bf16").tolist()   # x*x - 1 exactly, then rounded
-    [0.015625]
-    """
-    opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
-                rand_bits=rand_bits, domain=domain)
-    body = _body("fma", exact.fma, None, "", pair=True, down_aware=True)
-    return _call("fma", (x, y, z), body, opts, jax_like=lambda a, b, c: _SHAPE_2(a, b) * _SHAPE_1(c))
-
-
-def clip(x: Any, a_min: Any, a_max: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *,
-         overflow: str | None = None, seed: int | None = None, generator: Any = None,
-         rand_bits: int | None = None, domain: str = "nan") -> Any:
-    """clip: x limited to [a_min, a_max] (both rounded to `fmt` too; None means no bound), exact.
-
-    NaN stays NaN (NumPy's ``np.clip``). The arguments are described in `anynum.ops`.
-
-    >>> import anynum as an, torch
-    >>> an.ops.clip(torch.tensor([-3.0, 0.3, 3.0]), -1.0, 1.1, "e4m3fn").tolist()
-    [-1.0, 0.3125, 1.125]
-    """
-    opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
-                rand_bits=rand_bits, domain=domain)
-    lo = -float("inf") if a_min is None else a_min
-    hi = float("inf") if a_max is None else a_max
-
-    def f(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.where(torch.isnan(v), v, torch.minimum(torch.maximum(v, a), b))
-
-    body = _body("clip", f, None, "", pair=False)
-    return _call("clip", (x, lo, hi), body, opts, jax_like=lambda a, b, c: _SHAPE_2(a, b) * _SHAPE_1(c))
-
-
-def ldexp(x: Any, n: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *,
-          overflow: str | None = None, seed: int | None = None, generator: Any = None,
-          rand_bits: int | None = None, domain: str = "nan") -> Any:
-    """ldexp: x * 2**n for integer n (not rounded), exact and rounded once: correctly rounded in every mode.
-
-    `n` is an integer array or number. NaN, ±inf and ±0 pass through (then the
-    format's rules). The arguments are described in `anynum.ops`.
-
-    >>> import anynum as an, torch
-    >>> an.ops.ldexp(torch.tensor([1.5, 1.5]), torch.tensor([3, -200]), "bf16", "ru").tolist()
-    [12.0, 9.183549615799121e-41]
-    """
-    opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
-                rand_bits=rand_bits, domain=domain)
-    dtype_name = str(getattr(n, "dtype", "")).split(".")[-1]
-    if isinstance(n, float) or dtype_name.startswith(("float", "bfloat")):
-        raise InputError(f"an.ops.ldexp needs integer exponents n, got {type(n).__name__} of floats.")
-    body = _body("ldexp", exact.ldexp, None, "", pair=True)
-    return _call("ldexp", (x, n), body, opts, jax_like=_jnp("ldexp"), rounded=(True, False))
-
-
-def frexp(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, overflow: str | None = None,
-          seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
-          domain: str = "nan") -> tuple[Any, Any]:
-    """frexp: (mantissa, exponent) with x = mantissa * 2**exponent and 0.5 <= |mantissa| < 1; exact.
-
-    The mantissa is rounded to `fmt` (it is exact for float formats); the exponent is
-    an int32 array, not rounded. 0, NaN and ±inf give (x, 0) as in NumPy. The
-    arguments are described in `anynum.ops`.
-
-    >>> import anynum as an, torch
-    >>> m, e = an.ops.frexp(torch.tensor([12.0, -0.3]), "bf16")
-    >>> m.tolist(), e.tolist()
-    ([0.75, -0.6015625], [4, -1])
-    """
-    opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
-                rand_bits=rand_bits, domain=domain)
-
-    def body(st: Settings, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        m, e = torch.frexp(v)
-        return round_exact(m, None, st), e
-
-    return _call("frexp", (x,), body, opts, jax_like=_jnp("frexp"), outputs=("f", "i"))  # type: ignore[no-any-return]
-
-
-def modf(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, overflow: str | None = None,
-         seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
-         domain: str = "nan") -> tuple[Any, Any]:
-    """modf: (fractional part, integral part) of x, both with x's sign; exact, each rounded once.
-
-    ±inf gives (±0, ±inf) and NaN (NaN, NaN), as in NumPy. The arguments are
-    described in `anynum.ops`.
-
-    >>> import anynum as an, torch
-    >>> f, i = an.ops.modf(torch.tensor([-2.75, 3.5]), "bf16")
-    >>> f.tolist(), i.tolist()
-    ([-0.75, 0.5], [-2.0, 3.0])
-    """
-    opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
-                rand_bits=rand_bits, domain=domain)
-
-    def body(st: Settings, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        frac, whole = exact.modf(v)
-        return round_exact(frac, None, st), round_exact(whole, None, st.with_rng(st.stream(7)))
-
-    return _call("modf", (x,), body, opts, jax_like=_jnp("modf"), outputs=("f", "f"))  # type: ignore[no-any-return]
-
-
-def round(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, decimals: int = 0,
-          overflow: str | None = None, seed: int | None = None, generator: Any = None,
-          rand_bits: int | None = None, domain: str = "nan") -> Any:
-    """round: x rounded to `decimals` decimal places, ties to even (NumPy's ``np.round``), then to `fmt`.
-
-    With ``decimals=0`` this is exact (`rint`); otherwise NumPy's float64
-    algorithm (scale by 10**decimals, round to an integer, scale back) is computed
-    once and rounded once. NaN and ±inf pass through. The `rounding` argument is
-    the format's rounding mode, not the decimal one. The arguments are described
-    in `anynum.ops`.
-
-    >>> import anynum as an, torch
-    >>> an.ops.round(torch.tensor([2.5, 0.125]), "bf16", decimals=1).tolist()
-    [2.5, 0.10009765625]
-    """
-    if isinstance(decimals, bool) or not isinstance(decimals, int):
-        raise InputError(f"an.ops.round needs an integer decimals=, got {decimals!r}.")
-    opts = dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
-                rand_bits=rand_bits, domain=domain)
-
-    def f(v: torch.Tensor) -> torch.Tensor:
-        if decimals == 0:
-            return torch.round(v)
-        if decimals > 0:
-            scale = 10.0**decimals
-            return torch.round(v * scale) / scale
-        scale = 10.0**-decimals
-        return torch.round(v / scale) * scale
-
-    body = _body("round", f, None, "", pair=False)
-    return _call("round", (x,), body, opts, jax_like=_SHAPE_1)
-
-
-around = round

@@ -1,4 +1,4 @@
-"""Reductions of `anynum.ops`: sum, prod, mean, var, std, cumsum, cumprod, dot, matmul, diff, norm.
+"""Reductions of `anynum.ops`: sum, prod, mean, var, std, cumsum, cumprod, diff, norm (dot, matmul: linalg).
 
 ``accumulate=None`` (the default) computes in float64 and rounds once to `fmt`:
 exact where float64 is (short sums of values with few significant bits), and
@@ -8,29 +8,26 @@ float64-accurate, not exact, for long sums (DESIGN.md, Resolution 3).
 product is rounded to fmt2 (unless ``fma=True``), every partial sum is rounded
 to fmt2 in ``order`` ("sequential", "pairwise", or an int k: blocks of k exact
 products summed exactly, then added with one rounding), and the result is rounded
-to `fmt`; the quire sums exact products exactly and rounds once. Sums, means,
-dot products and norms run on the emulation engine's `an.matmul` (a sum is a
-dot product with ones under ``fma=True``): there is one accumulation engine in
-anynum, and `_engine_matmul` is the single seam to it. Products (prod, cumprod)
-round each partial product to fmt2 with ops' own correctly rounded multiply.
+to `fmt`; the quire sums exact products exactly and rounds once. See
+`anynum.ops.accumulate` for how this reaches the emulation engine (the one
+accumulation engine of anynum).
 """
 
 from __future__ import annotations
 
 import builtins
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-import anynum as an
 from anynum.errors import InputError
 from anynum.formats.base import Format
 from anynum.ops import exact
-from anynum.ops.arrays import Call, run
-from anynum.ops.core import Settings, check_domain, make_settings, round_exact
+from anynum.ops.accumulate import check_accumulate, engine_matmul, partial_products, sum_along_last
+from anynum.ops.build import call, options
+from anynum.ops.core import Settings, check_domain, round_exact
 from anynum.rounding import Rounding, RoundingLike
 
 Axes = int | Sequence[int] | None
@@ -65,34 +62,6 @@ def _resolve(name: str, axes: tuple[int, ...] | None, ndim: int) -> list[int]:
     return sorted(out) if ndim else []
 
 
-def _check_accumulate(name: str, accumulate: Any, order: Any, fma: Any) -> Format | str | None:
-    if not isinstance(fma, bool):
-        raise InputError(f"an.ops.{name}: fma must be True or False, got {fma!r}.")
-    if not (order in ("sequential", "pairwise") or (isinstance(order, int) and not isinstance(order, bool)
-                                                     and order >= 1)):
-        raise InputError(
-            f"an.ops.{name}: order must be 'sequential', 'pairwise' or a positive int (block size), "
-            f"got {order!r}."
-        )
-    if accumulate is None or accumulate == "quire":
-        return accumulate  # type: ignore[no-any-return]
-    return an.format(accumulate) if isinstance(accumulate, str) else accumulate  # type: ignore[no-any-return]
-
-
-def _opts(fmt: Any, rounding: Any, overflow: Any, seed: Any, generator: Any, rand_bits: Any,
-          domain: Any) -> dict[str, Any]:
-    return dict(fmt=fmt, rounding=rounding, overflow=overflow, seed=seed, generator=generator,
-                rand_bits=rand_bits, domain=domain)
-
-
-def _call(name: str, args: Sequence[Any], body: Callable[..., Any], opts: dict[str, Any],
-          jax_like: Callable[..., Any] | None, dask: Callable[..., Any] | None) -> Any:
-    def settings(device: torch.device) -> Settings:
-        return make_settings(name, device=device, **opts)
-
-    return run(Call(settings, args, body, None, jax_like, dask))
-
-
 def _dask_whole(axes: tuple[int, ...] | None, keepdims: bool, ndim: int,
                 reshape: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
     """Dask plan: the reduced axes in one chunk, then one block function per chunk of the rest."""
@@ -107,38 +76,6 @@ def _dask_whole(axes: tuple[int, ...] | None, keepdims: bool, ndim: int,
         return x.map_blocks(runner(), drop_axis=red, dtype=np.float64, meta=_META)
 
     return plan
-
-
-# --- the seam to the accumulation engine (anynum.emulate) -------------------------------------------
-
-
-def _engine_matmul(a: torch.Tensor, b: torch.Tensor, accumulate: Any, order: Any, fma: bool,
-                   st: Settings) -> torch.Tensor:
-    """a @ b with the accumulation semantics of `an.matmul` (float64 in and out, not rounded to fmt).
-
-    The one place that calls the emulation engine. Until it is part of this
-    build, accumulate=fmt2/"quire" raise a clear error.
-    """
-    engine = getattr(an, "matmul", None)
-    if engine is None:
-        raise InputError(
-            f"an.ops.{st.name}(accumulate={accumulate!r}) needs the accumulation engine of anynum.emulate "
-            "(an.matmul), which this build of anynum does not have yet; use accumulate=None (float64 "
-            "accumulation, rounded once)."
-        )
-    kwargs: dict[str, Any] = dict(accumulate=accumulate, order=order, fma=fma)
-    params = inspect.signature(engine).parameters
-    if "rounding" in params:
-        kwargs["rounding"] = st.mode
-    if "seed" in params and st.rng is not None:
-        kwargs["generator"] = st.stream(3)
-    return engine(a, b, **kwargs).to(torch.float64)  # type: ignore[no-any-return]
-
-
-def _sum_along_last(x: torch.Tensor, accumulate: Any, order: Any, st: Settings) -> torch.Tensor:
-    """Sum over the last axis on the engine: x @ ones with fused multiply-adds (each x_i enters exactly)."""
-    ones = torch.ones(x.shape[-1], 1, dtype=torch.float64, device=x.device)
-    return _engine_matmul(x.unsqueeze(-2), ones, accumulate, order, True, st).reshape(x.shape[:-1])
 
 
 def _moved(x: torch.Tensor, red: list[int]) -> torch.Tensor:
@@ -170,7 +107,7 @@ _ACC_DOC = """
 def _sum_like(name: str, x: Any, fmt: Any, rounding: Any, axis: Axes, dim: Axes, keepdims: bool,
               accumulate: Any, order: Any, fma: bool, opts: dict[str, Any], mean: bool) -> Any:
     axes = _axes(name, axis, dim)
-    acc = _check_accumulate(name, accumulate, order, fma)
+    acc = check_accumulate(name, accumulate, order, fma)
 
     def body(st: Settings, v: torch.Tensor) -> torch.Tensor:
         red = _resolve(name, axes, v.dim())
@@ -178,7 +115,7 @@ def _sum_like(name: str, x: Any, fmt: Any, rounding: Any, axis: Axes, dim: Axes,
         if acc is None:
             s = torch.sum(v, dim=red, keepdim=keepdims) if red else v.clone()
         else:
-            s = _keep(_sum_along_last(_moved(v, red), acc, order, st), v, red, keepdims)
+            s = _keep(sum_along_last(_moved(v, red), acc, order, st), v, red, keepdims)
         if mean:
             s = s / n if n else torch.full_like(s, torch.nan)
         check_domain(st, s, (v,), None, "finite inputs", nan_in=_nan_in(v, red, keepdims))
@@ -189,7 +126,7 @@ def _sum_like(name: str, x: Any, fmt: Any, rounding: Any, axis: Axes, dim: Axes,
 
         return (jnp.mean if mean else jnp.sum)(jnp.sin(a), axis=axes, keepdims=keepdims)
 
-    return _call(name, (x,), body, opts, jax_like, _dask_whole(axes, keepdims, 0))
+    return call(name, (x,), body, opts, jax_like=jax_like, dask=_dask_whole(axes, keepdims, 0))
 
 
 def sum(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: Axes = None,
@@ -201,7 +138,7 @@ def sum(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: 
     NaN in a reduced slice gives NaN; inf + -inf gives NaN and a RuntimeWarning
     (NumPy). An empty slice sums to 0.
     """
-    opts = _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain)
+    opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
     return _sum_like("sum", x, fmt, rounding, axis, dim, keepdims, accumulate, order, fma, opts, False)
 
 
@@ -213,33 +150,8 @@ def mean(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis:
 
     An empty slice gives NaN and a RuntimeWarning (NumPy).
     """
-    opts = _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain)
+    opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
     return _sum_like("mean", x, fmt, rounding, axis, dim, keepdims, accumulate, order, fma, opts, True)
-
-
-def _product(v: torch.Tensor, acc: Any, order: Any, st: Settings) -> torch.Tensor:
-    """Product over the last axis, each partial product rounded to `acc` (sequential or pairwise)."""
-    acc_st = make_settings(st.name, acc, st.mode, None, None, st.stream(4), st.rand_bits, "ignore", v.device)
-
-    def mul(a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
-        return round_exact(*exact.multiply(a, b), acc_st, k)
-
-    n = v.shape[-1]
-    if n == 0:
-        return torch.ones(v.shape[:-1], dtype=v.dtype, device=v.device)
-    if order == "pairwise":
-        terms, level = v, 0
-        while terms.shape[-1] > 1:
-            m = terms.shape[-1]
-            paired = mul(terms[..., 0 : m - 1 : 2], terms[..., 1:m:2], 16 + level)
-            terms = torch.cat([paired, terms[..., m - 1 :]], dim=-1) if m % 2 else paired
-            level += 1
-        return terms[..., 0]
-    out = v[..., 0]
-    out = round_exact(out, torch.zeros_like(out), acc_st, 15)
-    for i in range(1, n):
-        out = mul(out, v[..., i], 16 + i)
-    return out
 
 
 def prod(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: Axes = None,
@@ -253,12 +165,12 @@ def prod(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis:
     quire does not apply to products. 0 * inf gives NaN and a RuntimeWarning.
     """
     axes = _axes("prod", axis, dim)
-    acc = _check_accumulate("prod", accumulate, order, fma)
+    acc = check_accumulate("prod", accumulate, order, fma)
     if acc == "quire":
         raise InputError("an.ops.prod: the quire sums products; a product has no quire. Use accumulate=None.")
     if isinstance(order, int) and acc is not None:
         raise InputError("an.ops.prod: order must be 'sequential' or 'pairwise' for products.")
-    opts = _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain)
+    opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
 
     def body(st: Settings, v: torch.Tensor) -> torch.Tensor:
         red = _resolve("prod", axes, v.dim())
@@ -266,7 +178,8 @@ def prod(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis:
             flat = _moved(v, red) if red else v.unsqueeze(-1)
             s = _keep(torch.prod(flat, dim=-1), v, red, keepdims)
         else:
-            s = _keep(_product(_moved(v, red) if red else v.unsqueeze(-1), acc, order, st), v, red, keepdims)
+            flat = _moved(v, red) if red else v.unsqueeze(-1)
+            s = _keep(partial_products(flat, acc, order, st), v, red, keepdims)
         check_domain(st, s, (v,), None, "no 0 * inf", nan_in=_nan_in(v, red, keepdims))
         return round_exact(s, None, st)
 
@@ -275,7 +188,7 @@ def prod(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis:
 
         return jnp.prod(jnp.sin(a), axis=axes, keepdims=keepdims)
 
-    return _call("prod", (x,), body, opts, jax_like, _dask_whole(axes, keepdims, 0))
+    return call("prod", (x,), body, opts, jax_like=jax_like, dask=_dask_whole(axes, keepdims, 0))
 
 
 # --- var, std --------------------------------------------------------------------------------------
@@ -303,7 +216,7 @@ def _var_like(name: str, x: Any, axis: Axes, dim: Axes, keepdims: bool, ddof: in
 
         return (jnp.std if root else jnp.var)(jnp.sin(a), axis=axes, keepdims=keepdims)
 
-    return _call(name, (x,), body, opts, jax_like, _dask_whole(axes, keepdims, 0))
+    return call(name, (x,), body, opts, jax_like=jax_like, dask=_dask_whole(axes, keepdims, 0))
 
 
 def var(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: Axes = None,
@@ -315,7 +228,7 @@ def var(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: 
     Computed in float64 (two-pass), not exact. Fewer than ``ddof + 1`` elements
     give NaN and a RuntimeWarning.
     """
-    return _var_like("var", x, axis, dim, keepdims, ddof, _opts(fmt, rounding, overflow, seed, generator,
+    return _var_like("var", x, axis, dim, keepdims, ddof, options(fmt, rounding, overflow, seed, generator,
                                                                  rand_bits, domain), False)
 
 
@@ -324,7 +237,7 @@ def std(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: 
         seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
         domain: str = "nan") -> Any:
     """std: the square root of `var` (float64), rounded once."""
-    return _var_like("std", x, axis, dim, keepdims, ddof, _opts(fmt, rounding, overflow, seed, generator,
+    return _var_like("std", x, axis, dim, keepdims, ddof, options(fmt, rounding, overflow, seed, generator,
                                                                  rand_bits, domain), True)
 
 
@@ -336,7 +249,7 @@ def _cumulative(name: str, x: Any, axis: int | None, dim: int | None, accumulate
     axes = _axes(name, axis, dim)
     if axes is not None and len(axes) != 1:
         raise InputError(f"an.ops.{name}: axis must be one int or None (flattened), got {axes}.")
-    acc = _check_accumulate(name, accumulate, order, fma)
+    acc = check_accumulate(name, accumulate, order, fma)
     if acc is not None and order != "sequential":
         raise InputError(f"an.ops.{name}: running results are sequential; use order='sequential'.")
     if acc == "quire" and product:
@@ -353,12 +266,13 @@ def _cumulative(name: str, x: Any, axis: int | None, dim: int | None, accumulate
         elif product:
             cols = [w[..., 0]]
             for i in range(1, w.shape[-1]):
-                cols.append(_product(torch.stack([cols[-1], w[..., i]], dim=-1), acc, "sequential", st))
+                pair = torch.stack([cols[-1], w[..., i]], dim=-1)
+                cols.append(partial_products(pair, acc, "sequential", st))
             s = torch.stack(cols, dim=-1) if cols and w.shape[-1] else w.clone()
         else:  # prefix sums on the engine: x @ upper-triangular ones, fused (each x_i enters exactly)
             n = w.shape[-1]
             tri = torch.triu(torch.ones(n, n, dtype=torch.float64, device=w.device))
-            s = _engine_matmul(w, tri, acc, "sequential", True, st)
+            s = engine_matmul(w, tri, acc, "sequential", True, st)
         s = s.movedim(-1, ax)
         check_domain(st, s, (v,), None, "no inf - inf", nan_in=torch.isnan(v).movedim(ax, -1).to(torch.int32)
                      .cumsum(-1).bool().movedim(-1, ax))
@@ -374,7 +288,7 @@ def _cumulative(name: str, x: Any, axis: int | None, dim: int | None, accumulate
         ax = _resolve(name, axes, v.ndim)[0] if axes is not None else 0
         return v.rechunk({ax: -1}).map_blocks(runner(), dtype=np.float64, meta=_META)
 
-    return _call(name, (x,), body, opts, jax_like, dask)
+    return call(name, (x,), body, opts, jax_like=jax_like, dask=dask)
 
 
 def cumsum(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: int | None = None,
@@ -386,7 +300,7 @@ def cumsum(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axi
     With ``accumulate=fmt2`` each running sum is the previous one plus the next term,
     rounded to fmt2 (sequential order only).
     """
-    opts = _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain)
+    opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
     return _cumulative("cumsum", x, axis, dim, accumulate, order, fma, opts, False)
 
 
@@ -395,92 +309,8 @@ def cumprod(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, ax
             overflow: str | None = None, seed: int | None = None, generator: Any = None,
             rand_bits: int | None = None, domain: str = "nan") -> Any:
     """cumprod: running products along `axis` (None: flattened), each rounded once (or per `accumulate`)."""
-    opts = _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain)
+    opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
     return _cumulative("cumprod", x, axis, dim, accumulate, order, fma, opts, True)
-
-
-# --- dot, matmul ---------------------------------------------------------------------------------
-
-
-def _contract(a: torch.Tensor, b: torch.Tensor, numpy_dot: bool) -> torch.Tensor:
-    """The float64 product: np.matmul rules, or np.dot's (last axis of a, second-to-last of b)."""
-    if numpy_dot and a.dim() > 1 and b.dim() > 2:
-        return torch.tensordot(a, b, dims=([a.dim() - 1], [b.dim() - 2]))
-    return torch.matmul(a, b)
-
-
-def _dot_like(name: str, x: Any, y: Any, accumulate: Any, order: Any, fma: bool, opts: dict[str, Any],
-              numpy_dot: bool) -> Any:
-    acc = _check_accumulate(name, accumulate, order, fma)
-
-    def accumulated(st: Settings, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        if numpy_dot and a.dim() > 1 and b.dim() > 2:
-            raise InputError("an.ops.dot with accumulate= takes arrays of at most 2 dimensions; use matmul.")
-        a2 = a.unsqueeze(0) if a.dim() == 1 else a
-        b2 = b.unsqueeze(-1) if b.dim() == 1 else b
-        out = _engine_matmul(a2, b2, acc, order, fma, st)
-        if b.dim() == 1:
-            out = out.squeeze(-1)
-        if a.dim() == 1:
-            out = out.squeeze(-2) if b.dim() > 1 else out.squeeze(0)
-        return out
-
-    def body(st: Settings, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        if a.dim() == 0 or b.dim() == 0:
-            if not numpy_dot:
-                raise InputError(f"an.ops.{name} needs arrays of at least one dimension (NumPy's rule).")
-            s, e = exact.multiply(a, b)  # np.dot with a scalar multiplies elementwise
-            check_domain(st, s, (a, b), None, "no 0 * inf")
-            return round_exact(s, e, st)
-        s = _contract(a, b, numpy_dot) if acc is None else accumulated(st, a, b)
-        na, nb = torch.isnan(a).to(a.dtype), torch.isnan(b).to(b.dtype)
-        nan_in = (_contract(na, torch.ones_like(b), numpy_dot)
-                  + _contract(torch.ones_like(a), nb, numpy_dot)) > 0
-        check_domain(st, s, (a, b), None, "no 0 * inf or inf - inf", nan_in=nan_in)
-        return round_exact(s, None, st)
-
-    def jax_like(a: Any, b: Any) -> Any:
-        import jax.numpy as jnp
-
-        return (jnp.dot if numpy_dot else jnp.matmul)(jnp.sin(a), jnp.sin(b))
-
-    def dask(rounded: list[Any], runner: Callable[..., Any]) -> Any:
-        import dask.array as da
-
-        a, b = rounded
-        if acc is not None:
-            raise InputError(
-                f"an.ops.{name} with accumulate= on Dask arrays: compute them first (x.compute())."
-            )
-        s = (da.dot if numpy_dot else da.matmul)(a, b)
-
-        def round_only(st: Settings, v: torch.Tensor) -> torch.Tensor:
-            return round_exact(v, None, st)
-
-        return s.map_blocks(runner(round_only), dtype=np.float64, meta=_META)
-
-    return _call(name, (x, y), body, opts, jax_like, dask)
-
-
-def dot(x: Any, y: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, accumulate: Any = None,
-        order: Any = "sequential", fma: bool = False, overflow: str | None = None, seed: int | None = None,
-        generator: Any = None, rand_bits: int | None = None, domain: str = "nan") -> Any:
-    """dot: NumPy's dot product of the rounded inputs (float64 accumulation), rounded once.
-
-    A scalar operand multiplies elementwise (exactly). Dask arrays accumulate
-    chunk by chunk in float64.
-    """
-    return _dot_like("dot", x, y, accumulate, order, fma,
-                     _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain), True)
-
-
-def matmul(x: Any, y: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *,
-           accumulate: Any = None, order: Any = "sequential", fma: bool = False, overflow: str | None = None,
-           seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
-           domain: str = "nan") -> Any:
-    """matmul: the matrix product of the rounded inputs (NumPy's matmul rules), rounded once."""
-    return _dot_like("matmul", x, y, accumulate, order, fma,
-                     _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain), False)
 
 
 # --- diff, norm ----------------------------------------------------------------------------------
@@ -501,7 +331,7 @@ def diff(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, n: in
     assert axes is not None
     if len(axes) != 1:
         raise InputError(f"an.ops.diff: axis must be one int, got {axes}.")
-    opts = _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain)
+    opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
 
     def body(st: Settings, v: torch.Tensor) -> torch.Tensor:
         if v.dim() == 0:
@@ -528,7 +358,7 @@ def diff(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, n: in
         chunks = tuple((builtins.max(v.shape[ax] - n, 0),) if i == ax else c for i, c in enumerate(v.chunks))
         return v.map_blocks(runner(), chunks=chunks, dtype=np.float64, meta=_META)
 
-    return _call("diff", (x,), body, opts, jax_like, dask)
+    return call("diff", (x,), body, opts, jax_like=jax_like, dask=dask)
 
 
 def norm(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, ord: float = 2,
@@ -543,10 +373,10 @@ def norm(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, ord: 
     (p = 1, 2) is accumulated as `sum`/`dot` do; inf norms are exact.
     """
     axes = _axes("norm", axis, dim)
-    acc = _check_accumulate("norm", accumulate, order, fma)
+    acc = check_accumulate("norm", accumulate, order, fma)
     if acc is not None and ord not in (1, 2, float("inf"), -float("inf")):
         raise InputError(f"an.ops.norm: accumulate= supports ord 1, 2 and ±inf, got {ord!r}.")
-    opts = _opts(fmt, rounding, overflow, seed, generator, rand_bits, domain)
+    opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
 
     def body(st: Settings, v: torch.Tensor) -> torch.Tensor:
         red = _resolve("norm", axes, v.dim())
@@ -554,9 +384,9 @@ def norm(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, ord: 
         if acc is None or ord in (float("inf"), -float("inf")):
             s = torch.linalg.vector_norm(flat, ord=ord, dim=-1)
         elif ord == 1:
-            s = _sum_along_last(flat.abs(), acc, order, st)
+            s = sum_along_last(flat.abs(), acc, order, st)
         else:
-            s = torch.sqrt(_engine_matmul(flat.unsqueeze(-2), flat.unsqueeze(-1), acc, order, fma, st)
+            s = torch.sqrt(engine_matmul(flat.unsqueeze(-2), flat.unsqueeze(-1), acc, order, fma, st)
                            .reshape(flat.shape[:-1]))
         s = _keep(s, v, red, keepdims)
         check_domain(st, s, (v,), None, "finite inputs", nan_in=_nan_in(v, red, keepdims))
@@ -567,4 +397,4 @@ def norm(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, ord: 
 
         return jnp.sum(jnp.sin(a), axis=axes, keepdims=keepdims)
 
-    return _call("norm", (x,), body, opts, jax_like, _dask_whole(axes, keepdims, 0))
+    return call("norm", (x,), body, opts, jax_like=jax_like, dask=_dask_whole(axes, keepdims, 0))
