@@ -17,7 +17,7 @@ import torch
 
 from anynum import mc
 from anynum.kernels import fused
-from anynum.mc import arith
+from anynum.mc import arith, blocked, compiled
 
 
 # ----------------------------------------------------------------- reference formulas
@@ -163,7 +163,7 @@ def test_blocked_kernels_bit_identical(dtype, kind, block, monkeypatch):
     if not mc.fma_available(dtype):
         pytest.skip("the product kernels are only used with a verified FMA")
     if block is not None:
-        monkeypatch.setattr(arith, "BLOCK", block)
+        monkeypatch.setattr(blocked, "BLOCK", block)
     shape = (301, 419)  # > 2**15 elements (the pooled path), not a multiple of any block
     ops = _operands(kind, dtype, shape, seed=hash((kind, str(dtype))) % 2**31)
     with torch.no_grad():
@@ -173,7 +173,7 @@ def test_blocked_kernels_bit_identical(dtype, kind, block, monkeypatch):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_blocked_kernels_threads_and_layouts(threads, monkeypatch):
-    monkeypatch.setattr(arith, "BLOCK", 1 << 14)  # blocks of threads * 2**14: ragged last block
+    monkeypatch.setattr(blocked, "BLOCK", 1 << 14)  # blocks of threads * 2**14: ragged last block
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -212,7 +212,7 @@ def test_compiled_additions_bit_identical(dtype, monkeypatch):
     """With ANYNUM_COMPILE=1 the sums run as one torch.compile'd loop: same bits as the formulas."""
     monkeypatch.setenv("ANYNUM_COMPILE", "1")
     monkeypatch.setattr(fused, "_failed", set())
-    monkeypatch.setattr(arith, "_run", _eager_kernel_called)
+    monkeypatch.setattr(blocked, "run", _eager_kernel_called)
     for kind in KINDS:
         for shape in [(301, 419), (2**15 + 3,)]:
             xh, xl, yh, yl = _operands(kind, dtype, shape, seed=hash((kind, shape)) % 2**31)
@@ -231,7 +231,7 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
 
     monkeypatch.setenv("ANYNUM_COMPILE", "1")
     monkeypatch.setattr(fused, "_failed", set())
-    monkeypatch.setattr(arith, "_compiled", broken)
+    monkeypatch.setattr(compiled, "_compiled", broken)
     xh, xl, yh, yl = _operands("random", torch.float32, (200, 200), seed=3)
     with torch.no_grad(), pytest.warns(RuntimeWarning, match="no compiler"):
         got = arith.dw_plus_dw(xh, xl, yh, yl)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from anynum.mc import eft, nn, optim
 from anynum.mc.eft import fast_two_sum, fma_available, split, two_prod, two_sum
-from anynum.mc.tensor import (
-    MCTensor,
+from anynum.mc.linalg import set_matmul_engine
+from anynum.mc.ops import (
     abs,
     add,
     addmm,
@@ -48,7 +48,6 @@ from anynum.mc.tensor import (
     pow,
     reciprocal,
     relu,
-    set_matmul_engine,
     sigmoid,
     softmax,
     sqrt,
@@ -59,6 +58,7 @@ from anynum.mc.tensor import (
     tanh,
     where,
 )
+from anynum.mc.tensor import MCTensor
 
 __all__ = [
     "MCTensor",
