@@ -65,6 +65,11 @@ def sort_by_magnitude(terms: list[torch.Tensor]) -> list[torch.Tensor]:
     """
     if len(terms) <= 1:
         return list(terms)
+    if len(terms) == 2:  # the same permutation as the stable sort below, without sorting
+        a, b = torch.broadcast_tensors(*terms)
+        an, bn = torch.isnan(a), torch.isnan(b)
+        swap = (a.abs() < b.abs()) | (bn & ~an)  # descending; NaN counts as the largest
+        return [torch.where(swap, b, a), torch.where(swap, a, b)]
     st = torch.stack(torch.broadcast_tensors(*terms))
     idx = st.abs().argsort(dim=0, descending=True, stable=True)
     st = st.gather(0, idx)

@@ -21,6 +21,7 @@ import torch
 
 from anynum.mc import arith
 from anynum.mc._core import Comps, exponent, info, ldexp
+from anynum.mc.batch2d import batched
 from anynum.mc.convert import convert_comps
 from anynum.mc.expansion import renormalize
 from anynum.mc.scratch import POOL
@@ -205,25 +206,7 @@ def matmul_int8(a: Comps, b: Comps, nc: int) -> Comps:
     nc_acc = nc if work == t else max(1, math.ceil(nc * pt / info(work).precision)) + (1 if nc > 1 else 0)
     a = tuple(c.to(work) for c in a)
     b = tuple(c.to(work) for c in b)
-    m, n = a[0].shape[-2], b[0].shape[-1]
-    if b[0].dim() == 2:
-        batch = a[0].shape[:-2]
-        res = _ozaki_int2d(tuple(c.reshape(-1, c.shape[-1]) for c in a), b, nc_acc, levels, work)
-        res = tuple(c.reshape(*batch, m, n) for c in res)
-    elif a[0].dim() == 2:
-        batch = b[0].shape[:-2]
-        bt = tuple(c.transpose(-1, -2).reshape(-1, c.shape[-2]) for c in b)
-        res = _ozaki_int2d(bt, tuple(c.T for c in a), nc_acc, levels, work)
-        res = tuple(c.reshape(*batch, n, m).transpose(-1, -2) for c in res)
-    else:
-        batch = torch.broadcast_shapes(a[0].shape[:-2], b[0].shape[:-2])
-        ab = [c.expand(*batch, *c.shape[-2:]).reshape(-1, *c.shape[-2:]) for c in a]
-        bb = [c.expand(*batch, *c.shape[-2:]).reshape(-1, *c.shape[-2:]) for c in b]
-        outs = [
-            _ozaki_int2d(tuple(c[i] for c in ab), tuple(c[i] for c in bb), nc_acc, levels, work)
-            for i in range(ab[0].shape[0])
-        ]
-        res = tuple(torch.stack([o[j] for o in outs]).reshape(*batch, m, n) for j in range(nc_acc))
+    res = batched(lambda p, q: _ozaki_int2d(p, q, nc_acc, levels, work), a, b)
     if work != t:
         res = convert_comps(res, t, nc)
     return res
