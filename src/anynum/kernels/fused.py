@@ -31,6 +31,7 @@ import torch
 
 from anynum.formats.base import Format
 from anynum.kernels.eager import round_to_format
+from anynum.kernels.nativelib import inductor_cache_unsafe
 from anynum.rounding import RandomSource, Rounding, counter_bits
 
 __all__ = [
@@ -81,6 +82,8 @@ def _parse_mode(value: str | None) -> str:
 
 
 _COMPILE_MODE = _Setting("ANYNUM_COMPILE", _parse_mode)
+#: Why Inductor's cache directory is unsafe for this user (None: it is private), per its setting.
+_INDUCTOR_CACHE_UNSAFE = _Setting("TORCHINDUCTOR_CACHE_DIR", lambda _: inductor_cache_unsafe())
 _COMPILE_MIN = _Setting("ANYNUM_COMPILE_MIN", lambda v: _DEFAULT_MIN_ELEMENTS if v is None else int(v))
 
 
@@ -288,6 +291,18 @@ def run_compiled(key: Hashable, what: object, call: Callable[[], T]) -> T | None
     parallelise internally, so little is lost.
     """
     if key in _failed:
+        return None
+    unsafe = _INDUCTOR_CACHE_UNSAFE()
+    if unsafe is not None:
+        if "inductor-cache" not in _failed:
+            _failed.add("inductor-cache")
+            warnings.warn(
+                f"anynum: not compiling kernels: torch.compile's cache could hold another user's code "
+                f"({unsafe}); using the eager path. Fix: set TORCHINDUCTOR_CACHE_DIR to a directory "
+                "only you can write (e.g. ~/.cache/torchinductor), or ANYNUM_COMPILE=0 to silence.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
         return None
     try:
         with _compile_lock:
