@@ -16,9 +16,9 @@ True
 
 from __future__ import annotations
 
-from anynum.mc import eft, nn, optim
+from anynum.mc import eft, engine, nn, optim
 from anynum.mc.eft import fast_two_sum, fma_available, split, two_prod, two_sum
-from anynum.mc.linalg import set_matmul_engine
+from anynum.mc.engine import set_matmul_engine
 from anynum.mc.ops import (
     abs,
     add,
@@ -70,6 +70,7 @@ __all__ = [
     "div",
     "dot",
     "eft",
+    "engine",
     "eq",
     "exp",
     "expm1",

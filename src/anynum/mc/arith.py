@@ -19,10 +19,14 @@ MC / MC                       17 DWDivDW2            15u^2 + 56u^3
 
 nc >= 3 uses expansion arithmetic (`anynum.mc.expansion`).
 
-Where the operation runs: the formulas below are the reference, one fresh tensor per
-operation.  Large same-shape float32/float64 CPU operands without autograd recording run the
-same operation sequence as one compiled loop (additions, `anynum.mc.compiled`) or as
-cache-blocked eager kernels (`anynum.mc.blocked`), bit for bit the same results.
+Where the operation runs (:func:`_fast`): the formulas below are the reference, one fresh
+tensor per operation.  Same-shape contiguous float32/float64 CPU operands without autograd
+recording run the same operation sequence as a C loop (`anynum.mc.cloops`, the default,
+``ANYNUM_COMPILE`` unset or "auto"), as one torch.compile'd loop (additions with
+``ANYNUM_COMPILE=1``, `anynum.mc.compiled`), or, from 2**15 elements, as cache-blocked eager
+kernels (`anynum.mc.blocked`; ``ANYNUM_COMPILE=0``, or where no C compiler is found): bit for
+bit the same results on every route.  The product and quotient routes need the verified FMA
+(`anynum.mc.eft.fma_available`); without it the formulas run (DWTimesDW1/DWTimesFP1).
 
 All functions here assume finite inputs; the ops in `anynum.mc.ops` patch NaN/inf results
 with the native result of the leading components.
@@ -30,9 +34,11 @@ with the native result of the leading components.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from anynum.mc import blocked, compiled
+from anynum.mc import blocked, cloops, compiled
 from anynum.mc._core import Comps
 from anynum.mc.eft import fma_available, raw_fast_two_sum, raw_fma, raw_two_prod, raw_two_sum
 from anynum.mc.expansion import exp_add, exp_div, exp_mul, pad
@@ -64,6 +70,21 @@ def _dw_plus_dw_formula(
     return raw_fast_two_sum(vh, w)
 
 
+def _fast(name: str, formula: Callable[..., Comps] | None, *ins: torch.Tensor) -> Comps | None:
+    """Run kernel `name` on the fastest route that applies (see the module doc), or None."""
+    if ins[0].dtype in _NATIVE and not (torch.is_grad_enabled() and any(t.requires_grad for t in ins)):
+        if cloops.available(*ins):
+            return cloops.run(name, *ins)
+        shape = poolable_shape(*ins)
+        if shape is not None and name in blocked.KERNELS:
+            if formula is not None:
+                out = compiled.run(formula, shape, *ins)
+                if out is not None:
+                    return out
+            return blocked.run(name, shape, *ins)
+    return None
+
+
 def dw_plus_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
     """DWPlusFP (JMP17 Alg. 4): double word + float, relative error <= 2u^2.
 
@@ -72,27 +93,21 @@ def dw_plus_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
     >>> arith.dw_plus_fp(torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([2.0**-30]))[1].item()
     9.313225746154785e-10
     """
-    shape = poolable_shape(xh, xl, y)
-    if shape is not None and xh.dtype in _NATIVE:
-        return compiled.run(_dw_plus_fp_formula, shape, xh, xl, y) or blocked.run(
-            "dw_plus_fp", shape, xh, xl, y)
-    return _dw_plus_fp_formula(xh, xl, y)
+    return _fast("dw_plus_fp", _dw_plus_fp_formula, xh, xl, y) or _dw_plus_fp_formula(xh, xl, y)
 
 
 def dw_plus_dw(xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor) -> Comps:
     """AccurateDWPlusDW (JMP17 Alg. 6): double word + double word, <= 3u^2/(1 - 4u)."""
-    shape = poolable_shape(xh, xl, yh, yl)
-    if shape is not None and xh.dtype in _NATIVE:
-        return compiled.run(_dw_plus_dw_formula, shape, xh, xl, yh, yl) or blocked.run(
-            "dw_plus_dw", shape, xh, xl, yh, yl)
-    return _dw_plus_dw_formula(xh, xl, yh, yl)
+    return (_fast("dw_plus_dw", _dw_plus_dw_formula, xh, xl, yh, yl)
+            or _dw_plus_dw_formula(xh, xl, yh, yl))
 
 
 def dw_times_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor, *, use_fma: bool) -> Comps:
     """DWTimesFP3 (Alg. 9, FMA, <= 2u^2) or DWTimesFP1 (Alg. 7, <= 1.5u^2 + 4u^3)."""
-    shape = poolable_shape(xh, xl, y)
-    if shape is not None and use_fma and xh.dtype in _NATIVE:
-        return blocked.run("dw_times_fp_fma", shape, xh, xl, y)
+    if use_fma:
+        out = _fast("dw_times_fp_fma", None, xh, xl, y)
+        if out is not None:
+            return out
     ch, cl1 = raw_two_prod(xh, y)
     if use_fma:
         cl3 = raw_fma(xl, y, cl1)
@@ -107,10 +122,10 @@ def dw_times_dw(
     xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor, *, use_fma: bool
 ) -> Comps:
     """DWTimesDW3 (Alg. 12, FMA, <= 4u^2) or DWTimesDW1 (Alg. 10, <= 7u^2)."""
-    if use_fma and xh.dtype in _NATIVE:
-        shape = poolable_shape(xh, xl, yh, yl)
-        if shape is not None:
-            return blocked.run("dw_times_dw_fma", shape, xh, xl, yh, yl)
+    if use_fma:
+        out = _fast("dw_times_dw_fma", None, xh, xl, yh, yl)
+        if out is not None:
+            return out
     ch, cl1 = raw_two_prod(xh, yh)
     if use_fma:
         tl0 = xl * yl
@@ -124,6 +139,10 @@ def dw_times_dw(
 
 def dw_div_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
     """DWDivFP3 (JMP17 Alg. 15): double word / float, <= 3u^2."""
+    if xh.dtype in _NATIVE and fma_available(xh.dtype):
+        out = _fast("dw_div_fp_fma", None, xh, xl, y)
+        if out is not None:
+            return out
     th = xh / y
     ph, pl = raw_two_prod(th, y)
     dh = xh - ph
@@ -136,9 +155,9 @@ def dw_div_fp(xh: torch.Tensor, xl: torch.Tensor, y: torch.Tensor) -> Comps:
 def dw_div_dw(xh: torch.Tensor, xl: torch.Tensor, yh: torch.Tensor, yl: torch.Tensor) -> Comps:
     """DWDivDW2 (JMP17 Alg. 17): double word / double word, <= 15u^2 + 56u^3."""
     if xh.dtype in _NATIVE and fma_available(xh.dtype):
-        shape = poolable_shape(xh, xl, yh, yl)
-        if shape is not None:
-            return blocked.run("dw_div_dw_fma", shape, xh, xl, yh, yl)
+        out = _fast("dw_div_dw_fma", None, xh, xl, yh, yl)
+        if out is not None:
+            return out
     th = xh / yh
     rh, rl = dw_times_fp(yh, yl, th, use_fma=False)  # JMP17 Alg. 17 uses Alg. 7
     ph, pl = raw_two_sum(xh, -rh)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from anynum.kernels.fused import own_code, run_compiled, use_fused
+from anynum.kernels.fused import compile_mode, own_code, run_compiled
 from anynum.mc._core import Comps
 
 __all__ = ["run"]
@@ -40,9 +40,9 @@ def _compiled(formula: Callable[..., Comps]) -> Callable[..., torch.Tensor]:
 def run(formula: Callable[..., Comps], shape: torch.Size, *ins: torch.Tensor) -> Comps | None:
     """Run the sum `formula` as one compiled loop, or return None when the eager kernel applies.
 
-    Used on the CPU for same-shape contiguous float32/float64 operands when
-    ``anynum.kernels.use_fused`` allows it (``ANYNUM_COMPILE``: ``0`` never, ``1`` always,
-    default from ``ANYNUM_COMPILE_MIN`` = 262144 elements up).  The 20 passes of
+    Used on the CPU for same-shape contiguous float32/float64 operands only when
+    ``ANYNUM_COMPILE=1`` (by default the C loops of `anynum.mc.cloops` run instead: no
+    compile stall).  The 20 passes of
     AccurateDWPlusDW then become one pass over memory; the bits are the same.
 
     >>> import torch
@@ -53,7 +53,7 @@ def run(formula: Callable[..., Comps], shape: torch.Size, *ins: torch.Tensor) ->
     x0 = ins[0]
     if (
         x0.device.type != "cpu"
-        or not use_fused(x0, None)
+        or compile_mode() != "1"
         or not all(t.shape == shape and t.is_contiguous() for t in ins)
     ):
         return None

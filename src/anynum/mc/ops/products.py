@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from anynum.errors import AnynumError
+from anynum.mc import engine as engines
 from anynum.mc import linalg
 from anynum.mc._core import Comps
 from anynum.mc.ops.arithmetic import add, mul
@@ -34,8 +35,11 @@ def matmul(x: Any, y: Any, *, engine: str | None = None) -> MCTensor:
     >>> (a @ b).item() == 1.0 + 2.0**-30
     True
     """
-    if engine is not None and engine not in linalg.ENGINES:
-        raise AnynumError(f"engine must be one of {linalg.ENGINES}, got {engine!r}")
+    if engine is not None and engine not in engines.ENGINES:
+        raise AnynumError(
+            f"mc.matmul(engine=...) must be one of {', '.join(engines.ENGINES)}; got {engine!r}. "
+            "Leave it out to use the engine chosen for this machine."
+        )
     (a, b), nc, _ = mc_args(x, y)
     if a[0].dim() == 0 or b[0].dim() == 0:
         raise AnynumError("matmul needs operands with at least one dimension")
