@@ -200,6 +200,7 @@ def report(device: torch.device | None = None) -> dict[str, object]:
     chosen = setting()
     d = decide(device)
     engine = d.engine if chosen == "auto" else chosen
-    reason = d.reason if chosen == "auto" else f"forced ({'set_matmul_engine' if _SETTING[0] != 'auto' else ENV})"
+    how = "set_matmul_engine" if _SETTING[0] != "auto" else ENV
+    reason = d.reason if chosen == "auto" else f"forced ({how})"
     return {"setting": chosen, "engine": engine, "reason": reason, "int8_ms": d.int8_ms,
             "float64_ms": d.float64_ms, "cpu_flags": cpu_flags()}

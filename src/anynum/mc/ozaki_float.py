@@ -34,7 +34,7 @@ import math
 
 import torch
 
-from anynum.mc import arith
+from anynum.mc import arith, cslices
 from anynum.mc._core import Comps, exponent, info, ldexp
 from anynum.mc.batch2d import batched
 from anynum.mc.convert import convert_comps
@@ -97,10 +97,12 @@ def _row_exponent(comps: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _scaled(c: torch.Tensor, ex: torch.Tensor) -> torch.Tensor:
-    """c * 2**ex (ex integer per row): one multiplication when 2**ex is a normal float64."""
-    if int(ex.min()) >= -1022 and int(ex.max()) <= 1023:
+    """c * 2**ex (ex integer per row): one multiplication where 2**ex is a normal float64, two
+    (by 2**floor(ex/2), then the rest, `anynum.mc._core.ldexp`) elsewhere, row by row."""
+    ok = (ex >= -1022) & (ex <= 1023)
+    if bool(ok.all()):
         return c * _pow2(ex)
-    return ldexp(c, ex)
+    return torch.where(ok, c * _pow2(ex.clamp(-1022, 1023)), ldexp(c, ex))
 
 
 def _pow2(ex: torch.Tensor) -> torch.Tensor:
@@ -152,35 +154,78 @@ def _sum_into(ts: list[torch.Tensor], out: torch.Tensor) -> None:
         out.add_(t)
 
 
-def _core2d(a: list[torch.Tensor], bt: list[torch.Tensor], S: int, beta: int) -> list[torch.Tensor]:
+class _Operand:
+    """One operand, (R, k) rows to slice: its float64 expansion, or its components for the C slicer."""
+
+    def __init__(self, comps: Comps, pt: int) -> None:
+        self.c = cslices.available(comps)
+        self.comps = comps if self.c else tuple(_as_f64(comps, pt))
+        self.n = 1 if self.c else len(self.comps)
+
+    def block(self, k0: int, kb: int) -> Comps:
+        return tuple(c[:, k0 : k0 + kb] for c in self.comps)
+
+
+def _slice_left(x: Comps, use_c: bool, S: int, beta: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(abuf (R, S + 1, k): slices 0..S-1 and the remainder after S side by side, e (R, 1))."""
+    R, k = x[0].shape
+    abuf = torch.empty(R, S + 1, k, dtype=_F64, device=x[0].device)
+    if use_c:  # slices and remainder share the buffer: plane stride k, row stride (S + 1) k
+        e = torch.empty(R, dtype=torch.int64)
+        cslices.slice_rows(x, S, beta, (abuf, (S + 1) * k, k), (abuf, 0, (S + 1) * k, k), 1 << S, e)
+        return abuf, e.unsqueeze(1)
+    xs = list(x)
+    e = _row_exponent(xs)
+    tails: list[torch.Tensor | None] = [None] * (S + 1)
+    tails[S] = abuf[:, S]
+    _cut(xs, e, S, beta, [abuf[:, s] for s in range(S)], tails)
+    return abuf, e
+
+
+def _slice_right(x: Comps, use_c: bool, S: int, beta: int
+                 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """(bq (S, N, k) slices or None, btail (N, S + 1, k) = [RB_S, ..., RB_1, 2**beta RB_0], f (N, 1))."""
+    N, k = x[0].shape
+    dev = x[0].device
+    bq = torch.empty(S, N, k, dtype=_F64, device=dev) if S else None
+    btail = torch.empty(N, S + 1, k, dtype=_F64, device=dev)
+    if use_c:  # remainder m goes to btail[:, S - m]: offset S k, plane stride -k
+        f = torch.empty(N, dtype=torch.int64)
+        q = (bq, k, N * k) if bq is not None else None
+        cslices.slice_rows(x, S, beta, q, (btail, S * k, (S + 1) * k, -k), (1 << (S + 1)) - 1, f)
+        f = f.unsqueeze(1)
+    else:
+        xs = list(x)
+        f = _row_exponent(xs)
+        tails: list[torch.Tensor | None] = [btail[:, S - mm] for mm in range(S + 1)]
+        _cut(xs, f, S, beta, [bq[s] for s in range(S)] if bq is not None else [], tails)
+    if not S:
+        btail.mul_(2.0**beta)  # S = 0: the tail is RA (2**beta RB_0)
+    return bq, btail, f
+
+
+def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int) -> list[torch.Tensor]:
     """Terms (float64, (m, n)), smallest first, whose sum is the product a (m, k) @ bt (n, k).T."""
     m, k = a[0].shape
     n = bt[0].shape[0]
-    e = _row_exponent(a)
-    f = _row_exponent(bt)
-    # left: slices and the remainder after S slices, side by side along k (one tail GEMM)
-    dev = a[0].device
-    abuf = torch.empty(m, S + 1, k, dtype=_F64, device=dev)
-    a_tails: list[torch.Tensor | None] = [None] * (S + 1)
-    a_tails[S] = abuf[:, S]
-    _cut(a, e, S, beta, [abuf[:, s] for s in range(S)], a_tails)
-    # right: slices (S, n, k); remainders [RB_S, ..., RB_1, 2**beta RB_0] side by side along k
-    bq = torch.empty(S, n, k, dtype=_F64, device=dev) if S else None
-    btail = torch.empty(n, S + 1, k, dtype=_F64, device=dev)
-    b_tails: list[torch.Tensor | None] = [btail[:, S - mm] for mm in range(S + 1)]
-    _cut(bt, f, S, beta, [bq[s] for s in range(S)] if bq is not None else [], b_tails)
-    if not S:
-        btail.mul_(2.0**beta)  # S = 0: the tail is RA (2**beta RB_0)
-    tail = abuf.view(m, (S + 1) * k) @ btail.view(n, (S + 1) * k).T
-    base = e + f.T  # (m, n)
-    terms = [_scaled(tail, base - (S + 1) * beta)]
-    if S:
-        assert bq is not None
-        lev = torch.zeros(S, m, n, dtype=_F64, device=dev)
+    bq, btail, f = _slice_right(bt, b_c, S, beta)
+    if n == 1 and a_c and S <= cslices.MV_MAX_S:  # matrix-vector: slice and multiply in one pass
+        lev_v, tail_v, e_v = cslices.mv(a, S, beta, bq.view(S, k) if bq is not None else None,
+                                        btail.view(S + 1, k))
+        e = e_v.unsqueeze(1)
+        tail = tail_v.unsqueeze(1)
+        lev = lev_v.unsqueeze(2)
+    else:
+        abuf, e = _slice_left(a, a_c, S, beta)
+        tail = abuf.view(m, (S + 1) * k) @ btail.view(n, (S + 1) * k).T
+        lev = torch.zeros(S, m, n, dtype=_F64, device=a[0].device)
         for s in range(S):
+            assert bq is not None
             p = abuf[:, s] @ bq[: S - s].reshape((S - s) * n, k).T  # exact: integers < 2**53
             lev[s:].add_(p.view(m, S - s, n).transpose(0, 1))  # exact
-        terms += [_scaled(lev[d], base - (d + 2) * beta) for d in range(S - 1, -1, -1)]
+    base = e + f.T  # (m, n)
+    terms = [_scaled(tail, base - (S + 1) * beta)]
+    terms += [_scaled(lev[d], base - (d + 2) * beta) for d in range(S - 1, -1, -1)]
     return terms
 
 
@@ -218,12 +263,13 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
         if m == 0 or n == 0 or k == 0:
             z = torch.zeros(m, n, dtype=_F64, device=p[0].device)
             return (z,) + (torch.zeros_like(z),) * (nc_acc - 1)
-        pa = _as_f64(p, pt)
-        pb = _as_f64(tuple(c.T for c in q), pt)
-        S, beta, kb = plan(k, len(pa), len(pb), nc * pt)
+        if m == 1 and n > 1:  # a vector times a matrix: the matrix-vector product, transposed
+            return tuple(c.T for c in core(tuple(c.T for c in q), tuple(c.T for c in p)))
+        pa, pb = _Operand(p, pt), _Operand(tuple(c.T for c in q), pt)
+        S, beta, kb = plan(k, pa.n, pb.n, nc * pt)
         blocks = []
         for k0 in range(0, k, kb):
-            terms = _core2d([c[:, k0 : k0 + kb] for c in pa], [c[:, k0 : k0 + kb] for c in pb], S, beta)
+            terms = _core2d(pa.block(k0, kb), pa.c, pb.block(k0, kb), pb.c, S, beta)
             blocks.append(_sum_terms(terms, nc_acc))
         if len(blocks) == 1:
             return blocks[0]
