@@ -11,6 +11,7 @@ import torch
 
 from anynum.errors import AnynumError
 from anynum.mc._core import Comps, info
+from anynum.mc.eft import raw_two_sum
 from anynum.mc.expansion import distill, pad, renormalize, sort_by_magnitude, vecsum
 
 # dtype -> dtypes whose every value it represents exactly
@@ -47,6 +48,8 @@ def convert_comps(x: Comps, dtype: torch.dtype, nc: int) -> Comps:
     """Re-express an expansion with `nc` components of `dtype` (nearest, greedy)."""
     info(dtype)
     src = x[0].dtype
+    if len(x) == 2 and nc == 2 and src == torch.float64 and dtype != src:
+        return _dw_narrow(x[0], x[1], dtype)
     if src == dtype:
         if len(x) == nc:
             return tuple(x)
@@ -73,6 +76,17 @@ def convert_comps(x: Comps, dtype: torch.dtype, nc: int) -> Comps:
         rest = [torch.where(fin, r, torch.zeros_like(r)) for r in terms[1:]]
         terms = vecsum(sort_by_magnitude([rem, *rest])) if rest else [rem]
     return tuple(out)
+
+
+def _dw_narrow(h: torch.Tensor, l: torch.Tensor, dtype: torch.dtype) -> Comps:
+    """A float64 double word as two components of a narrower dtype, with the operations of the
+    general path of `convert_comps` (TwoSum, round, exact remainder, round) in fewer passes."""
+    s, e = raw_two_sum(h, l)
+    c0 = s.to(dtype)
+    fin = torch.isfinite(c0)
+    rem = torch.where(fin, s - c0.to(torch.float64), 0.0)
+    c1 = (rem + torch.where(fin, e, 0.0)).to(dtype)
+    return c0, c1
 
 
 def from_tensor(t: torch.Tensor, dtype: torch.dtype, nc: int) -> Comps:

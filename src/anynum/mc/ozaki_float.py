@@ -204,7 +204,8 @@ def _slice_right(x: Comps, use_c: bool, S: int, beta: int
     return bq, btail, f
 
 
-def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int) -> list[torch.Tensor]:
+def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow: bool
+            ) -> list[torch.Tensor]:
     """Terms (float64, (m, n)), smallest first, whose sum is the product a (m, k) @ bt (n, k).T."""
     m, k = a[0].shape
     n = bt[0].shape[0]
@@ -218,15 +219,39 @@ def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int) -> lis
     else:
         abuf, e = _slice_left(a, a_c, S, beta)
         tail = abuf.view(m, (S + 1) * k) @ btail.view(n, (S + 1) * k).T
-        lev = torch.zeros(S, m, n, dtype=_F64, device=a[0].device)
+        lev = torch.zeros(S, m, n, dtype=_F64, device=a[0].device) if S > 1 else None
         for s in range(S):
             assert bq is not None
             p = abuf[:, s] @ bq[: S - s].reshape((S - s) * n, k).T  # exact: integers < 2**53
-            lev[s:].add_(p.view(m, S - s, n).transpose(0, 1))  # exact
-    base = e + f.T  # (m, n)
-    terms = [_scaled(tail, base - (S + 1) * beta)]
-    terms += [_scaled(lev[d], base - (d + 2) * beta) for d in range(S - 1, -1, -1)]
+            if lev is None:  # S = 1: the one level sum is this product
+                lev = p.view(1, m, n)
+            else:
+                lev[s:].add_(p.view(m, S - s, n).transpose(0, 1))  # exact
+    scale = _Scale(e, f, narrow)
+    terms = [scale(tail, (S + 1) * beta)]
+    terms += [scale(lev[d], (d + 2) * beta) for d in range(S - 1, -1, -1)]
     return terms
+
+
+class _Scale:
+    """x * 2**(e_r + f_c - c) for (m, n) terms x, exactly (barring underflow of the result).
+
+    For operands of 16- and 32-bit components (`narrow`) two broadcast multiplications, by
+    2**e_r and by 2**(f_c - c): the exponents are within float32's range, so both factors are
+    normal float64 numbers and so is every intermediate (the terms' nonzero magnitudes lie
+    within 2**+-350 there), so both multiplications are exact.  Otherwise `_scaled` on the
+    (m, n) exponents.
+    """
+
+    def __init__(self, e: torch.Tensor, f: torch.Tensor, narrow: bool) -> None:
+        self.e, self.f, self.narrow = e, f.T, narrow
+        if narrow:
+            self.pe = _pow2(self.e)
+
+    def __call__(self, x: torch.Tensor, c: int) -> torch.Tensor:
+        if self.narrow:
+            return x * self.pe * _pow2(self.f - c)
+        return _scaled(x, self.e + self.f - c)
 
 
 def _sum_terms(terms: list[torch.Tensor], nc_acc: int) -> Comps:
@@ -269,7 +294,7 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
         S, beta, kb = plan(k, pa.n, pb.n, nc * pt)
         blocks = []
         for k0 in range(0, k, kb):
-            terms = _core2d(pa.block(k0, kb), pa.c, pb.block(k0, kb), pb.c, S, beta)
+            terms = _core2d(pa.block(k0, kb), pa.c, pb.block(k0, kb), pb.c, S, beta, t != _F64)
             blocks.append(_sum_terms(terms, nc_acc))
         if len(blocks) == 1:
             return blocks[0]
