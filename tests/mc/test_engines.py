@@ -180,9 +180,11 @@ def test_float_engine_native_and_torch_slicing_identical(dtype, monkeypatch):
             assert cslices.available(cc)
             as64 = tuple(ozaki_float._as_f64(cc, PREC[dtype]))
             for S in (0, 1, 2, 4):
-                left_c, left_t = ozaki_float._slice_left(cc, True, S, 20), ozaki_float._slice_left(as64, False, S, 20)
-                right_c, right_t = ozaki_float._slice_right(cc, True, S, 20), ozaki_float._slice_right(as64, False, S, 20)
-                for x, y in zip((*left_c, *right_c), (*left_t, *right_t)):
+                native_ = (*ozaki_float._slice_left(cc, True, S, 20),
+                           *ozaki_float._slice_right(cc, True, S, 20))
+                torch_ = (*ozaki_float._slice_left(as64, False, S, 20),
+                          *ozaki_float._slice_right(as64, False, S, 20))
+                for x, y in zip(native_, torch_):
                     assert (x is None and y is None) or torch.equal(x.view(torch.int64), y.view(torch.int64))
 
 

@@ -215,7 +215,7 @@ def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow
                                         btail.view(S + 1, k))
         e = e_v.unsqueeze(1)
         tail = tail_v.unsqueeze(1)
-        lev = lev_v.unsqueeze(2)
+        lev: torch.Tensor | None = lev_v.unsqueeze(2)
     else:
         abuf, e = _slice_left(a, a_c, S, beta)
         tail = abuf.view(m, (S + 1) * k) @ btail.view(n, (S + 1) * k).T
@@ -229,7 +229,9 @@ def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow
                 lev[s:].add_(p.view(m, S - s, n).transpose(0, 1))  # exact
     scale = _Scale(e, f, narrow)
     terms = [scale(tail, (S + 1) * beta)]
-    terms += [scale(lev[d], (d + 2) * beta) for d in range(S - 1, -1, -1)]
+    if S:
+        assert lev is not None
+        terms += [scale(lev[d], (d + 2) * beta) for d in range(S - 1, -1, -1)]
     return terms
 
 
