@@ -286,3 +286,22 @@ def test_real_probe_and_report():
     assert rep["engine"] in ("int8", "float", "native", "wide")
     assert set(rep["cpu_flags"]) <= {"avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
                                      "amx_int8", "amx_bf16", "asimd", "i8mm", "sve"}
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_float_engine_row_chunks_across_threads_identical(n, monkeypatch):
+    """Rows are sliced (and, for vectors, multiplied) in chunks, one per thread: same bits."""
+    a, _ = _operands("spread", torch.float32, 1, seed=12, m=37, k=50)
+    b = torch.randn(50, n, dtype=torch.float64).float()
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = mc.matmul(a, b, engine="float").components()
+        monkeypatch.setattr(cslices, "_CHUNK_MIN", 64)
+        torch.set_num_threads(2)
+        assert len(cslices._chunks(37, 50)) == 2
+        two = mc.matmul(a, b, engine="float").components()
+    finally:
+        torch.set_num_threads(old)
+    for x, y in zip(one, two):
+        assert torch.equal(x, y)

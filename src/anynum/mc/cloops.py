@@ -17,25 +17,17 @@ No compiler, or a failed build, leaves the callers on the eager kernels; ``ANYNU
 
 from __future__ import annotations
 
-import functools
-from concurrent.futures import ThreadPoolExecutor
-
 import torch
 
 from anynum.kernels.fused import compile_mode
 from anynum.mc._core import Comps
-from anynum.mc.native import DW_KERNELS, library
+from anynum.mc.native import DW_KERNELS, library, run_parallel
 
 __all__ = ["KERNELS", "available", "run"]
 
 KERNELS = DW_KERNELS
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _CHUNK_MIN = 1 << 16  # elements per thread below which one call is cheaper than a thread hand-off
-
-
-@functools.cache
-def _pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="anynum-mc")
 
 
 def available(*ins: torch.Tensor) -> bool:
@@ -86,8 +78,5 @@ def run(name: str, *ins: torch.Tensor) -> Comps:
         return zh, zl
     size = x0.element_size()
     step = -(-n // threads)
-    args = [[*(p + i * size for p in ptrs), min(step, n - i)] for i in range(0, n, step)]
-    jobs = [_pool(threads).submit(fn, *a) for a in args]
-    for j in jobs:
-        j.result()
+    run_parallel(fn, [[*(p + i * size for p in ptrs), min(step, n - i)] for i in range(0, n, step)])
     return zh, zl

@@ -21,13 +21,14 @@ from __future__ import annotations
 import torch
 
 from anynum.kernels.fused import compile_mode
-from anynum.mc.native import library
+from anynum.mc.native import library, run_parallel
 
 __all__ = ["MV_MAX_S", "available", "mv", "slice_rows"]
 
 MV_MAX_S = 8  # the fused matrix-vector kernel keeps at most 8 level sums per row
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_CHUNK_MIN = 1 << 16  # elements per thread below which one call is cheaper than a thread hand-off
 
 
 def available(comps: tuple[torch.Tensor, ...]) -> bool:
@@ -65,10 +66,16 @@ def slice_rows(comps: tuple[torch.Tensor, ...], S: int, beta: int,
     rs, cs = c0.stride()
     a1 = comps[1].data_ptr() if len(comps) > 1 else None
     fn = getattr(lib, f"anynum_mc_slice_{_SUFFIX[c0.dtype]}")
-    q_ptr, q_row, q_plane = (q[0].data_ptr(), q[1], q[2]) if q is not None else (None, 0, 0)
+    q_ptr, q_row, q_plane = (q[0].data_ptr(), q[1], q[2]) if q is not None else (0, 0, 0)
     buf, off, t_row, t_plane = t
-    fn(c0.data_ptr(), a1, R, k, rs, cs, S, beta, q_ptr, q_row, q_plane,
-       buf.data_ptr() + 8 * off, t_row, t_plane, tmask, e.data_ptr())
+    t_ptr = buf.data_ptr() + 8 * off
+    size = c0.element_size()
+    calls = []
+    for r0, n in _chunks(R, k):  # rows in parallel: disjoint outputs
+        calls.append([c0.data_ptr() + r0 * rs * size, a1 + r0 * rs * size if a1 else None, n, k,
+                      rs, cs, S, beta, q_ptr + 8 * r0 * q_row if q_ptr else None, q_row, q_plane,
+                      t_ptr + 8 * r0 * t_row, t_row, t_plane, tmask, e.data_ptr() + 8 * r0])
+    run_parallel(fn, calls)
 
 
 def mv(comps: tuple[torch.Tensor, ...], S: int, beta: int, bq: torch.Tensor | None,
@@ -88,6 +95,17 @@ def mv(comps: tuple[torch.Tensor, ...], S: int, beta: int, bq: torch.Tensor | No
     tail = torch.empty(R, dtype=torch.float64)
     e = torch.empty(R, dtype=torch.int64)
     fn = getattr(lib, f"anynum_mc_mv_{_SUFFIX[c0.dtype]}")
-    fn(c0.data_ptr(), a1, R, k, rs, cs, S, beta, bq.data_ptr() if bq is not None else None,
-       bt.data_ptr(), lev.data_ptr(), tail.data_ptr(), e.data_ptr())
+    size = c0.element_size()
+    bq_ptr = bq.data_ptr() if bq is not None else None
+    calls = [[c0.data_ptr() + r0 * rs * size, a1 + r0 * rs * size if a1 else None, n, k, rs, cs,
+              S, beta, bq_ptr, bt.data_ptr(), lev.data_ptr() + 8 * r0, R, tail.data_ptr() + 8 * r0,
+              e.data_ptr() + 8 * r0] for r0, n in _chunks(R, k)]
+    run_parallel(fn, calls)
     return lev[:S], tail, e
+
+
+def _chunks(R: int, k: int) -> list[tuple[int, int]]:
+    """Row ranges (start, count): one per intra-op thread when there is enough work."""
+    parts = max(1, min(torch.get_num_threads(), R * k // _CHUNK_MIN, R))
+    step = -(-R // parts)
+    return [(r0, min(step, R - r0)) for r0 in range(0, R, step)]

@@ -15,10 +15,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
 
 from anynum.kernels.nativelib import NativeSource, load
 
-__all__ = ["DW_KERNELS", "library"]
+__all__ = ["DW_KERNELS", "library", "run_parallel"]
 
 # double-word kernels: name -> number of inputs; each writes (zh, zl) and takes a length n
 DW_KERNELS = {"dw_plus_dw": 4, "dw_plus_fp": 3, "dw_times_dw_fma": 4, "dw_times_fp_fma": 3,
@@ -220,7 +224,7 @@ void anynum_mc_slice_##SFX(const T *a0, const T *a1, int64_t R, int64_t k, int64
 }                                                                                               \
 void anynum_mc_mv_##SFX(const T *a0, const T *a1, int64_t R, int64_t k, int64_t rs, int64_t cs, \
                         int64_t S, int64_t beta, const double *bq, const double *bt,            \
-                        double *lev, double *tail, int64_t *e_out) {                            \
+                        double *lev, int64_t lev_stride, double *tail, int64_t *e_out) {        \
     const double step = ldexp(1.0, (int)beta);                                                  \
     double xs[SB], qs[SB];                                                                      \
     for (int64_t r = 0; r < R; r++) {                                                           \
@@ -245,7 +249,7 @@ void anynum_mc_mv_##SFX(const T *a0, const T *a1, int64_t R, int64_t k, int64_t 
         for (int64_t d = 0; d < S; d++) {                                                       \
             double ds = 0.0;                                                                    \
             for (int l = 0; l < 8; l++) ds += lv[d][l];                                         \
-            lev[d * R + r] = ds;                                                                \
+            lev[d * lev_stride + r] = ds;                                                                \
         }                                                                                       \
     }                                                                                           \
 }
@@ -261,7 +265,7 @@ _SIGNATURES = {
        for name, nin in DW_KERNELS.items() for sfx in ("f32", "f64")},
     **{f"anynum_mc_slice_{sfx}": [_P, _P, _I, _I, _I, _I, _I, _I, _P, _I, _I, _P, _I, _I, _I, _P]
        for sfx in ("f32", "f64")},
-    **{f"anynum_mc_mv_{sfx}": [_P, _P, _I, _I, _I, _I, _I, _I, _P, _P, _P, _P, _P]
+    **{f"anynum_mc_mv_{sfx}": [_P, _P, _I, _I, _I, _I, _I, _I, _P, _P, _P, _I, _P, _P]
        for sfx in ("f32", "f64")},
 }
 _NATIVE = NativeSource("mc", "#include <math.h>\n#include <stdint.h>\n" + DW_SOURCE + SLICE_SOURCE,
@@ -296,3 +300,28 @@ def library() -> ctypes.CDLL | None:
             "(anynum.kernels.nativelib).", RuntimeWarning, stacklevel=2)
         return None
     return lib
+
+
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="anynum-mc")
+
+
+def run_parallel(fn: Callable[..., object], calls: Sequence[Sequence[object]]) -> None:
+    """``fn(*args)`` for every argument list, on up to ``torch.get_num_threads()`` threads.
+
+    The library's functions release the GIL (ctypes), so the calls, which must write disjoint
+    outputs, run in parallel; one call runs inline.
+
+    >>> from anynum.mc import native
+    >>> out = []
+    >>> native.run_parallel(out.append, [[1], [2]]); sorted(out)
+    [1, 2]
+    """
+    if len(calls) == 1:
+        fn(*calls[0])
+        return
+    pool = _pool(max(1, min(torch.get_num_threads(), len(calls))))
+    jobs = [pool.submit(fn, *args) for args in calls]
+    for j in jobs:
+        j.result()
