@@ -9,6 +9,7 @@ they are laid out as bit codes; how to round onto them lives in
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,12 +21,30 @@ from anynum.errors import FormatError
 if TYPE_CHECKING:
     from anynum.rounding import RoundingLike
 
-__all__ = ["MAX_ENUMERABLE_BITS", "Format", "FormatInfo", "OverflowPolicy"]
+__all__ = ["MAX_ENUMERABLE_BITS", "Format", "FormatInfo", "OverflowPolicy", "hook", "install_hooks"]
 
 #: ``values()`` enumerates every code; beyond this width that is too many.
 MAX_ENUMERABLE_BITS = 16
 
 OverflowPolicy = str  # "saturate" | "inf" | "nan" | "wrap" (fixed point only)
+
+# Formats are data; what happens to arrays lives in the layers above. `Format.quantize`,
+# `.encode` and `.decode` call the front door through these hooks, which `anynum.quantize`
+# installs when anynum is imported (DESIGN.md section 7, resolution 2).
+_hooks: dict[str, Callable[..., Any]] = {}
+
+
+def install_hooks(**hooks: Callable[..., Any]) -> None:
+    """Install the front door's functions (``quantize``, ``encode``, ``decode``) behind the format methods."""
+    _hooks.update(hooks)
+
+
+def hook(name: str) -> Callable[..., Any]:
+    """The installed front-door function `name` ("quantize", "encode" or "decode")."""
+    try:
+        return _hooks[name]
+    except KeyError:  # pragma: no cover - `import anynum` installs them
+        raise FormatError(f"Format.{name} needs the anynum package imported (import anynum).") from None
 
 
 @dataclass(frozen=True)
@@ -148,24 +167,33 @@ class Format:
             default_overflow=self.default_overflow,
         )
 
-    # --- codes ------------------------------------------------------------------------------
-    def decode(self, codes: Any) -> Any:
-        """Values (float64) of integer codes; NaN codes decode to NaN.
+    # --- what happens to arrays: one-line aliases of the front door (installed hooks) ----------
+    def quantize(self, x: Any, rounding: RoundingLike = "nearest", **kwargs: Any) -> Any:
+        """``anynum.quantize(x, self, rounding, **kwargs)``: `x` rounded onto this format.
 
-        Accepts and returns a torch tensor or a NumPy array (or a Python int).
+        >>> import anynum as an, torch
+        >>> an.E4M3FN.quantize(torch.tensor([0.3, 1000.0])).tolist()
+        [0.3125, 448.0]
         """
-        from anynum.quantize import decode
-
-        return decode(codes, self)
+        return hook("quantize")(x, self, rounding, **kwargs)
 
     def encode(self, x: Any, rounding: RoundingLike = "nearest", **kwargs: Any) -> Any:
-        """Round `x` onto the format and return its integer codes (int64).
+        """``anynum.encode(x, self, rounding, **kwargs)``: `x` rounded, as integer codes (int64).
 
-        Keyword arguments are those of `anynum.quantize`.
+        >>> import anynum as an, torch
+        >>> an.E4M3FN.encode(torch.tensor([1.0, -2.0])).tolist()
+        [56, 192]
         """
-        from anynum.quantize import encode
+        return hook("encode")(x, self, rounding, **kwargs)
 
-        return encode(x, self, rounding, **kwargs)
+    def decode(self, codes: Any) -> Any:
+        """``anynum.decode(codes, self)``: float64 values of integer codes; NaN codes decode to NaN.
+
+        >>> import anynum as an, torch
+        >>> an.E4M3FN.decode(torch.tensor([56, 127])).tolist()
+        [1.0, nan]
+        """
+        return hook("decode")(codes, self)
 
     def values(self) -> np.ndarray:
         """Every finite value, sorted ascending, distinct, as float64 (formats up to 16 bits).
@@ -180,30 +208,33 @@ class Format:
                 f"{self!r} has {self.bits}. Use .info for its range instead."
             )
         codes = torch.arange(1 << self.bits, dtype=torch.int64)
-        vals = self._decode_torch(codes)
+        vals = self.decode_torch(codes)
         vals = vals[torch.isfinite(vals)]
         # -0.0 and 0.0 are one value; unique keeps the first it sees.
         return np.unique(vals.numpy() + 0.0)
 
-    # --- hooks for subclasses ------------------------------------------------------------
-    def _decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
-        """float64 values of int64 codes (every code valid for the format)."""
+    # --- the bit layout, on torch tensors (what the kernels build on) -------------------------
+    def decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
+        """float64 values of int64 codes (every code valid for the format; no checks).
+
+        The layout primitive under `decode`; use `decode` (or `anynum.decode`) for user input.
+        """
         raise NotImplementedError
 
-    def _encode_torch(self, y: torch.Tensor) -> torch.Tensor:
+    def encode_torch(self, y: torch.Tensor) -> torch.Tensor:
         """int64 codes of float64 values already on the grid; NaN without a NaN code raises."""
-        return self._checked_codes(self._encode_kernel(y))
+        return self.check_codes(self.encode_kernel(y))
 
-    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
+    def encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
         """int64 codes of float64 values already on the grid, as one pure (compilable) kernel.
 
-        NaN maps to the NaN code, or to -1 where the format has none (`_checked_codes`
+        NaN maps to the NaN code, or to -1 where the format has none (`check_codes`
         turns that into an error outside the kernel, which must not branch on data).
         """
         raise NotImplementedError
 
-    def _checked_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """`codes` from `_encode_kernel`, or `FormatError` if one marks a NaN the format cannot hold."""
+    def check_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """`codes` from `encode_kernel`, or `FormatError` if one marks a NaN the format cannot hold."""
         if not self.has_nan and codes.numel() and bool((codes < 0).any()):
             raise FormatError(f"{self.display_name()} has no NaN code; the input holds NaN.")
         return codes
