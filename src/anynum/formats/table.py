@@ -160,6 +160,7 @@ class Table(Format):
     boundaries: tuple[float, ...] | None = field(default=None, kw_only=True, repr=False)
 
     overflow_policies: ClassVar[tuple[str, ...]] = ("saturate",)
+    spec_parameters: ClassVar[dict[str, str]] = {"table": "values"}
 
     def __init__(
         self,
