@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from anynum.kernels.fused import compile_mode
+from anynum.kernels.settings import compile_mode
 from anynum.mc._core import Comps
 from anynum.mc.native import DW_KERNELS, library, run_parallel
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from anynum.kernels.fused import compile_mode
+from anynum.kernels.settings import compile_mode
 from anynum.mc.native import library, run_parallel
 
 __all__ = ["MV_MAX_S", "available", "mv", "slice_rows"]

@@ -295,9 +295,8 @@ def library() -> ctypes.CDLL | None:
             fn.restype = None
     except AttributeError as exc:
         warnings.warn(
-            f"anynum: the native mc kernels did not load as built ({exc}); using the torch paths. "
-            "Cause: another native library was already loaded under the same /proc/self/fd path "
-            "(anynum.kernels.nativelib).", RuntimeWarning, stacklevel=2)
+            f"anynum: the native mc kernels did not load as built ({exc}); using the torch paths.",
+            RuntimeWarning, stacklevel=2)
         return None
     return lib
 
