@@ -1,6 +1,7 @@
 """The float64 slicing engine of MC matrix products: exact leading slices, one float64 tail.
 
-For machines where int8 GEMMs are slow (no VNNI/AMX) but float64 GEMMs are fast.  Both
+The engine for machines where an int8 GEMM is not ~31x faster than a float64 one (CPUs
+without AMX, measured with and without VNNI; `anynum.mc.engine` decides).  Both
 operands are taken as float64 expansions (exact conversions; an expansion of float16, bfloat16
 or float32 components that fits in 49 bits is first summed into one float64, relative error
 ``<= (nc - 1) 2**-53``).  Rows of the left operand (columns of the right one) are scaled by a
@@ -41,11 +42,11 @@ from anynum.mc.convert import convert_comps
 from anynum.mc.expansion import renormalize
 from anynum.mc.reduce import tree_sum
 
-__all__ = ["collapse_bits", "matmul_float", "plan"]
+__all__ = ["COLLAPSE_BITS", "matmul_float", "plan"]
 
 _F64 = torch.float64
 _S_MAX = 32
-collapse_bits = 49  # an expansion of at most this many bits is summed into one float64
+COLLAPSE_BITS = 49  # an expansion of at most this many bits is summed into one float64
 
 
 def plan(k: int, na: int, nb: int, target: int) -> tuple[int, int, int]:
@@ -78,7 +79,7 @@ def plan(k: int, na: int, nb: int, target: int) -> tuple[int, int, int]:
 
 def _as_f64(x: Comps, pt: int) -> list[torch.Tensor]:
     """The operand as a float64 expansion: exact, or one float64 when it fits in 49 bits."""
-    if len(x) > 1 and len(x) * pt <= collapse_bits:
+    if len(x) > 1 and len(x) * pt <= COLLAPSE_BITS:
         s = x[0].to(_F64, copy=True)
         for c in x[1:]:
             s.add_(c)
