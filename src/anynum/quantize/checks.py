@@ -149,3 +149,9 @@ def check_representable(fmt: Format, dtype: torch.dtype) -> None:
             f"{fmt.display_name()} cannot be held exactly in {dtype}: {'; '.join(problems)}. "
             "Quantize a float64 tensor instead."
         )
+
+
+# Under torch.compile this check runs at trace time, as a constant (None or an error), instead of
+# being traced: see `anynum.formats.base` for why the attribute is set by hand.
+# Dynamo looks through the lru_cache wrapper, so the mark goes on the function it wraps.
+check_representable.__wrapped__._dynamo_marked_constant = True  # type: ignore[attr-defined]
