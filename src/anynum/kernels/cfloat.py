@@ -279,6 +279,9 @@ class CFloatKernel(Kernel):
     name = "c-float"
     rank = 10
 
+    def __init__(self) -> None:
+        self._params: dict[Call, CFloatParams] = {}
+
     def covers(self, call: Call) -> bool:
         return (
             call.device == "cpu"
@@ -292,8 +295,11 @@ class CFloatKernel(Kernel):
     def round(
         self, call: Call, x: torch.Tensor, rng: RandomSource | None, out: torch.Tensor | None
     ) -> torch.Tensor | None:
-        params = cfloat_params(call.fmt, call.mode, call.overflow, call.dtype)
-        assert params is not None
+        params = self._params.get(call)
+        if params is None:
+            params = cfloat_params(call.fmt, call.mode, call.overflow, call.dtype)
+            assert params is not None
+            self._params[call] = params
         into = out if out is not None and can_write_while_reading(x, out) else None
         return cfloat_round(x, params, into)  # None without a C compiler: the next kernel runs
 

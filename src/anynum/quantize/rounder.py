@@ -152,8 +152,8 @@ class Rounder:
         if torch.compiler.is_compiling():
             return self._as_custom_op(x)
         plan = self.plan(x.dtype, x.device.type)
-        with torch.no_grad():
-            return plan.run(x.detach(), self._rng(x.device))
+        # Kernels build no autograd graph from a tensor that does not require grad.
+        return plan.run(x.detach() if x.requires_grad else x, self._rng(x.device))
 
     def _as_custom_op(self, x: torch.Tensor) -> torch.Tensor:
         """The same rounding as one opaque ``anynum::`` op, for torch.compile and torch.export."""
