@@ -31,6 +31,7 @@ import torch
 
 from anynum.formats.base import Format
 from anynum.formats.floating import FloatFormat
+from anynum.kernels.eager import working_dtype
 from anynum.kernels.native import float32_cast_dtype
 from anynum.kernels.nativelib import NativeSource, load
 from anynum.kernels.route import Call, Kernel, can_write_while_reading, register
@@ -227,7 +228,7 @@ def cfloat_params(fmt: Format, mode: Rounding, overflow: str, dtype: torch.dtype
     if (
         not isinstance(fmt, FloatFormat)
         or dtype != torch.float32
-        or fmt.man_bits > 23
+        or working_dtype(fmt, dtype) != torch.float32
         or mode not in _MODES
         or overflow not in _OVERFLOW
         # torch's fp16/bf16 casts are vectorised and faster than this loop (its float8 casts are not)
