@@ -70,6 +70,16 @@ def _literal(value: Any) -> str:
     raise FormatError(f"cannot name a format parameter of type {type(value).__name__}: {value!r}")
 
 
+def _canonical_name(fmt: Format) -> str:
+    preset = _PRESET_NAMES.get(fmt)
+    return preset if preset is not None else constructor_spec(fmt)
+
+
+# What `torch.compiler.assume_constant_result` sets (that function imports torch._dynamo, which
+# costs seconds at import): torch.compile computes a format's name while tracing, as a constant.
+_canonical_name._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def constructor_spec(fmt: Format) -> str:
     """``ClassName(param=value, ...)``: the parameters of `fmt` that differ from their defaults.
 
@@ -170,10 +180,7 @@ class Format:
         >>> an.format(fmt.canonical_name) == fmt
         True
         """
-        preset = _PRESET_NAMES.get(self)
-        if preset is not None:
-            return preset
-        return constructor_spec(self)
+        return _canonical_name(self)
 
     # --- properties every family provides -------------------------------------------------
     @property

@@ -8,6 +8,7 @@ the eager reference of each format family (float and uniform in `eager`, then
 
 from anynum.kernels import block as _block  # noqa: F401  (registers the block kernel)
 from anynum.kernels import cfloat as _cfloat  # noqa: F401  (registers the C loop)
+from anynum.kernels import customop as _customop  # noqa: F401  (defines the anynum:: torch ops)
 from anynum.kernels import native as _native  # noqa: F401  (registers torch's casts)
 from anynum.kernels import posit as _posit  # noqa: F401  (registers the posit kernel)
 from anynum.kernels import table as _table  # noqa: F401  (registers the table kernel)
