@@ -71,6 +71,14 @@ def write_fault_plot(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str
 
     Lines are means over repeats, bands span their minimum and maximum; the dashed
     line is the fp32 baseline. Needs matplotlib.
+
+    >>> import tempfile, os
+    >>> rows = [{"format": "int8", "field": f, "ber": b, "score": 90.0, "baseline_score": 95.0}
+    ...         for f in ("any", "sign") for b in (1e-4, 1e-3)]
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     write_fault_plot(rows, os.path.join(d, "f.png"))
+    ...     os.path.getsize(os.path.join(d, "f.png")) > 1000
+    True
     """
     import matplotlib
 

@@ -83,7 +83,11 @@ def fields_of(fmt: Format | str) -> tuple[str, ...]:
 
 
 def scale_of(fmt: Format) -> str | None:
-    """Integer and fixed-point weights are stored with a per-tensor scale; the others as they are."""
+    """Integer and fixed-point weights are stored with a per-tensor scale; the others as they are.
+
+    >>> scale_of(an.format("int8")), scale_of(an.E4M3FN)
+    ('tensor', None)
+    """
     return "tensor" if isinstance(fmt, UniformFormat) else None
 
 
@@ -204,6 +208,10 @@ def run_fault_trial(config: FaultTrial | dict[str, Any], cache_dir: str | os.Pat
     model without faults (`clean_score`) and of the fp32 baseline, the bits
     flipped, how many weights became NaN or inf, the trial id and config,
     versions and timing.
+
+    >>> row = run_fault_trial(FaultTrial("sequence", "mlp", "e4m3fn", "sign", 0.01, 0, epochs=1))
+    >>> row["flips"] > 0, 0 <= row["score"] <= 100
+    (True, True)
     """
     cfg = config if isinstance(config, FaultTrial) else FaultTrial.from_dict(config)
     start = time.perf_counter()
@@ -241,10 +249,20 @@ def run_fault_trial(config: FaultTrial | dict[str, Any], cache_dir: str | os.Pat
 
 
 def fault_trial_task(config: dict[str, Any], cache_dir: str) -> dict[str, Any]:
-    """The runner's trial task for fault trials (module level: picklable for worker processes)."""
+    """The runner's trial task for fault trials (module level: picklable for worker processes).
+
+    >>> config = FaultTrial("sequence", "mlp", "int8", "any", 0.0, 0, epochs=1).as_dict()
+    >>> fault_trial_task(config, "")["flips"]
+    0
+    """
     return run_fault_trial(config, cache_dir)
 
 
 def fault_baseline_task(config: dict[str, Any], cache_dir: str) -> float:
-    """The runner's baseline task: train (or load) the fp32 baseline of a fault trial."""
+    """The runner's baseline task: train (or load) the fp32 baseline of a fault trial; returns its score.
+
+    >>> config = FaultTrial("sequence", "mlp", "int8", "any", 0.0, 0, epochs=1).as_dict()
+    >>> 0 <= fault_baseline_task(config, "") <= 100
+    True
+    """
     return train_baseline(FaultTrial.from_dict(config).baseline(), cache_dir)[1]

@@ -98,12 +98,15 @@ class FaultInjector:
         model: any `torch.nn.Module` (converted by `anynum.nn.convert` or not).
         fmt: the format whose codes are corrupted, or None for each converted
             layer's own (its weight/bias/activation format; gradients use the weight's).
-        p, count, field, bits: as in `anynum.flip_bits` (p: per-bit flip probability,
-            the bit error rate; count: exact flips per element).
+        p: the probability that each eligible bit flips (the bit error rate), as in `anynum.flip_bits`.
+        count: exactly this many bits flip per element instead (one of p and count).
+        field: which bits may flip ("any", "sign", "exponent", "regime", ..., see `anynum.flip_bits`).
+        bits: explicit bit positions instead of a field.
         target: "weight", "bias", "activation" (layer outputs, every forward),
             "gradient" (parameter gradients, every backward), or a tuple of them.
-        include, exclude: module types and qualified-name patterns, as in
-            `anynum.nn.Policy` (default: `anynum.nn.DEFAULT_LAYERS`).
+        include: module types and qualified-name patterns of the layers to corrupt,
+            as in `anynum.nn.Policy` (default: `anynum.nn.DEFAULT_LAYERS`).
+        exclude: module types and name patterns to leave alone.
         scale: None, or "tensor" for a per-tensor scale amax / fmt.max before
             encoding (symmetric integer formats, scaled FP8).
         seed: the random stream (each layer, target and call gets its own).

@@ -88,6 +88,10 @@ def dot(x: Any, y: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *
 
     A scalar operand multiplies elementwise (exactly). Dask arrays accumulate
     chunk by chunk in float64.
+
+    >>> import anynum as an, numpy as np
+    >>> float(an.ops.dot(np.array([1.0, 2.0]), np.array([0.1, 0.2]), "bf16"))
+    0.5
     """
     return _dot_like("dot", x, y, accumulate, order, fma,
                      options(fmt, rounding, overflow, seed, generator, rand_bits, domain), True)
@@ -97,6 +101,13 @@ def matmul(x: Any, y: Any, fmt: Format | str, rounding: RoundingLike = "nearest"
            accumulate: Any = None, order: Any = "sequential", fma: bool = False, overflow: str | None = None,
            seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
            domain: str = "nan") -> Any:
-    """matmul: the matrix product of the rounded inputs (NumPy's matmul rules), rounded once."""
+    """matmul: the matrix product of the rounded inputs (NumPy's matmul rules), rounded once.
+
+    Dask arrays accumulate chunk by chunk in float64.
+
+    >>> import anynum as an, numpy as np
+    >>> an.ops.matmul(np.eye(2), np.full((2, 2), 0.3), "e4m3fn").tolist()
+    [[0.3125, 0.3125], [0.3125, 0.3125]]
+    """
     return _dot_like("matmul", x, y, accumulate, order, fma,
                      options(fmt, rounding, overflow, seed, generator, rand_bits, domain), False)

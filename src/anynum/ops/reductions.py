@@ -98,12 +98,6 @@ def _nan_in(x: torch.Tensor, red: list[int], keepdims: bool) -> torch.Tensor:
 
 # --- sum, mean, prod -------------------------------------------------------------------------------
 
-_ACC_DOC = """
-    Args beyond those of every `anynum.ops` function: ``axis`` (or its torch alias
-    ``dim``): int, tuple or None (all axes); ``keepdims``; ``accumulate``, ``order``,
-    ``fma``: see the module docstring of `anynum.ops.reductions`."""
-
-
 def _sum_like(name: str, x: Any, fmt: Any, rounding: Any, axis: Axes, dim: Axes, keepdims: bool,
               accumulate: Any, order: Any, fma: bool, opts: dict[str, Any], mean: bool) -> Any:
     axes = _axes(name, axis, dim)
@@ -137,6 +131,16 @@ def sum(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: 
 
     NaN in a reduced slice gives NaN; inf + -inf gives NaN and a RuntimeWarning
     (NumPy). An empty slice sums to 0.
+
+    Beyond the arguments every function takes: ``axis`` (or its torch alias ``dim``:
+    an int, a tuple, or None for all), ``keepdims``, and ``accumulate``, ``order`` and
+    ``fma`` (module docstring).
+
+    >>> import anynum as an, numpy as np
+    >>> an.ops.sum(np.array([[1.0, 2.0, 3.0], [0.5, 0.25, 0.125]]), "bf16", axis=1).tolist()
+    [6.0, 0.875]
+    >>> float(an.ops.sum(np.full(3, 0.1), "e4m3fn", "ru"))   # each 0.1 rounds up to 0.1015625 first
+    0.3125
     """
     opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
     return _sum_like("sum", x, fmt, rounding, axis, dim, keepdims, accumulate, order, fma, opts, False)
@@ -149,6 +153,10 @@ def mean(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis:
     """mean: the sum (as `sum`) divided by the count in float64, rounded once.
 
     An empty slice gives NaN and a RuntimeWarning (NumPy).
+
+    >>> import anynum as an, numpy as np
+    >>> an.ops.mean(np.array([[1.0, 2.0, 3.0], [0.5, 0.25, 0.125]]), "bf16", axis=0).tolist()
+    [0.75, 1.125, 1.5625]
     """
     opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
     return _sum_like("mean", x, fmt, rounding, axis, dim, keepdims, accumulate, order, fma, opts, True)
@@ -163,6 +171,11 @@ def prod(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis:
     With ``accumulate=fmt2`` every partial product is rounded to fmt2 (correctly,
     in `rounding`), left to right or as a balanced tree (``order="pairwise"``); the
     quire does not apply to products. 0 * inf gives NaN and a RuntimeWarning.
+
+    >>> import anynum as an, numpy as np
+    >>> x = np.full(8, 1.1)
+    >>> float(an.ops.prod(x, "bf16")), float(an.ops.prod(x, "bf16", accumulate="e4m3fn"))
+    (2.171875, 2.0)
     """
     axes = _axes("prod", axis, dim)
     acc = check_accumulate("prod", accumulate, order, fma)
@@ -227,6 +240,10 @@ def var(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: 
 
     Computed in float64 (two-pass), not exact. Fewer than ``ddof + 1`` elements
     give NaN and a RuntimeWarning.
+
+    >>> import anynum as an, numpy as np
+    >>> float(an.ops.var(np.arange(5.0), "bf16")), float(an.ops.var(np.arange(5.0), "bf16", ddof=1))
+    (2.0, 2.5)
     """
     return _var_like("var", x, axis, dim, keepdims, ddof, options(fmt, rounding, overflow, seed, generator,
                                                                  rand_bits, domain), False)
@@ -236,7 +253,12 @@ def std(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axis: 
         dim: Axes = None, keepdims: bool = False, ddof: int = 0, overflow: str | None = None,
         seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
         domain: str = "nan") -> Any:
-    """std: the square root of `var` (float64), rounded once."""
+    """std: the square root of `var` (float64), rounded once.
+
+    >>> import anynum as an, numpy as np
+    >>> float(an.ops.std(np.arange(5.0), "bf16"))
+    1.4140625
+    """
     return _var_like("std", x, axis, dim, keepdims, ddof, options(fmt, rounding, overflow, seed, generator,
                                                                  rand_bits, domain), True)
 
@@ -299,6 +321,10 @@ def cumsum(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, axi
 
     With ``accumulate=fmt2`` each running sum is the previous one plus the next term,
     rounded to fmt2 (sequential order only).
+
+    >>> import anynum as an, numpy as np
+    >>> an.ops.cumsum(np.full(4, 0.1), "bf16").tolist()
+    [0.10009765625, 0.2001953125, 0.30078125, 0.400390625]
     """
     opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
     return _cumulative("cumsum", x, axis, dim, accumulate, order, fma, opts, False)
@@ -308,7 +334,12 @@ def cumprod(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, ax
             dim: int | None = None, accumulate: Any = None, order: Any = "sequential", fma: bool = False,
             overflow: str | None = None, seed: int | None = None, generator: Any = None,
             rand_bits: int | None = None, domain: str = "nan") -> Any:
-    """cumprod: running products along `axis` (None: flattened), each rounded once (or per `accumulate`)."""
+    """cumprod: running products along `axis` (None: flattened), each rounded once (or per `accumulate`).
+
+    >>> import anynum as an, numpy as np
+    >>> an.ops.cumprod(np.full(4, 1.5), "e4m3fn").tolist()
+    [1.5, 2.25, 3.5, 5.0]
+    """
     opts = options(fmt, rounding, overflow, seed, generator, rand_bits, domain)
     return _cumulative("cumprod", x, axis, dim, accumulate, order, fma, opts, True)
 
@@ -324,6 +355,10 @@ def diff(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, n: in
     ``n=1`` is an exact subtraction (correctly rounded in every mode); higher orders
     are computed in float64 (exact unless an intermediate difference needs more
     than 53 bits). inf - inf gives NaN and a RuntimeWarning.
+
+    >>> import anynum as an, numpy as np
+    >>> an.ops.diff(np.array([1.0, 1.5, 3.0]), "e4m3fn").tolist()
+    [0.5, 1.5]
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise InputError(f"an.ops.diff: n must be a non-negative int, got {n!r}.")
@@ -371,6 +406,11 @@ def norm(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, ord: 
     ``torch.linalg.vector_norm``; for a matrix this is the Frobenius norm at
     ord=2, not NumPy's spectral norm. With ``accumulate=fmt2`` the sum of |x|**p
     (p = 1, 2) is accumulated as `sum`/`dot` do; inf norms are exact.
+
+    >>> import anynum as an, numpy as np
+    >>> x = np.array([3.0, -4.0])
+    >>> float(an.ops.norm(x, "bf16")), float(an.ops.norm(x, "bf16", ord=1))
+    (5.0, 7.0)
     """
     axes = _axes("norm", axis, dim)
     acc = check_accumulate("norm", accumulate, order, fma)
