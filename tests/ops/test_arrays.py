@@ -132,3 +132,11 @@ def test_no_gradient_is_silently_dropped():
     """Results are values, computed without autograd: they do not require grad."""
     x = torch.ones(3, requires_grad=True)
     assert not an.ops.sin(x, "bf16").requires_grad
+
+
+def test_jit_stochastic_needs_a_seed_from_outside():
+    f = jax.jit(lambda v: an.ops.add(v, v, "bf16", "sr"))
+    with pytest.raises(InputError, match="concrete seed"):
+        f(jnp.asarray(X))
+    g = jax.jit(lambda v: an.ops.add(v, v, "bf16", "sr", seed=3))
+    assert np.array_equal(np.asarray(g(jnp.asarray(X))), an.ops.add(X, X, "bf16", "sr", seed=3))

@@ -26,6 +26,7 @@ from torch import nn
 import anynum as an
 from anynum.errors import InputError
 from anynum.formats.base import Format
+from anynum.formats.block import Block
 from anynum.nn.convert import select_layers
 from anynum.nn.hooks import layer_state, stored_parameter
 from anynum.nn.policy import DEFAULT_LAYERS, Policy
@@ -81,7 +82,8 @@ def inject(
         xs = x / s
         values, mask = an.flip_bits(xs, fmt, p=p, count=count, field=field, bits=bits, seed=seed)
         if isinstance(mask, tuple):  # Block: element and scale masks
-            flips = _popcount(mask[0], fmt.bits) + _popcount(mask[1], 8)
+            assert isinstance(fmt, Block)
+            flips = _popcount(mask[0], fmt.element.bits) + _popcount(mask[1], fmt.scale.bits)
         else:
             flips = _popcount(mask, fmt.bits)
         plain = an.quantize(xs, fmt)

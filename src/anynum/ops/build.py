@@ -7,9 +7,18 @@ from typing import Any
 
 import torch
 
+from anynum.errors import InputError
+from anynum.kernels.arrays import is_jax_tracer
 from anynum.ops.arrays import Call, run
-from anynum.ops.core import Settings, check_domain, make_settings, round_exact
-from anynum.rounding import Rounding
+from anynum.ops.core import (
+    Settings,
+    check_domain,
+    make_settings,
+    odd_rounding_applies,
+    round_exact,
+    significand_bits,
+)
+from anynum.rounding import Rounding, parse_rounding
 
 __all__ = ["SHAPE_1", "SHAPE_2", "Pole", "call", "jnp_like", "make_body", "options", "range_pair"]
 
@@ -21,6 +30,14 @@ def call(name: str, args: Sequence[Any], body: Callable[..., Any], opts: dict[st
          jax_like: Callable[..., Any] | None = None, rounded: Sequence[bool] | None = None,
          outputs: tuple[str, ...] = ("f",), dask: Callable[..., Any] | None = None) -> Any:
     """Run an ops function: `opts` are its common arguments (see `options`), `body` its computation."""
+    if parse_rounding(opts["rounding"]).is_stochastic and any(is_jax_tracer(a) for a in args):
+        generator = opts.get("generator")
+        if is_jax_tracer(generator) or (generator is None and opts.get("seed") is None):
+            raise InputError(
+                f"an.ops.{name}: stochastic rounding under jax.jit/vmap needs a concrete seed= or PRNG "
+                "key passed from outside the traced function; one drawn while tracing would repeat on "
+                "every call."
+            )
 
     def settings(device: torch.device) -> Settings:
         return make_settings(name, device=device, **opts)
@@ -87,10 +104,23 @@ def range_pair(s: torch.Tensor, e: torch.Tensor | None, xs: Sequence[torch.Tenso
 
 
 def make_body(name: str, f: Callable[..., Any], pole: Pole, where: str, *, pair: bool,
-          down_aware: bool = False, never_zero: Pole = None) -> Callable[..., Any]:
-    """The body of a function: compute (a pair or a value), check the domain, round once."""
+              down_aware: bool = False, never_zero: Pole = None,
+              plain: tuple[Callable[..., torch.Tensor], int] | None = None) -> Callable[..., Any]:
+    """The body of a function: compute (a pair or a value), check the domain, round once.
+
+    ``plain=(g, bits)``: where the format's values have at most `bits` significant
+    bits and the mode is deterministic, float64's own result ``g(*xs)`` already
+    rounds like the exact one (it cannot land on a rounding boundary unless it is
+    exact), so the error term is not computed.
+    """
 
     def body(st: Settings, *xs: torch.Tensor) -> torch.Tensor:
+        if (plain is not None and not st.mode.is_stochastic and significand_bits(st.fmt) <= plain[1]
+                and odd_rounding_applies(st.fmt)):
+            s = plain[0](*xs)
+            check_domain(st, s, xs, pole, where)
+            s, e0 = range_pair(s, None, xs, pole, never_zero, st)
+            return round_exact(s, e0, st)
         if down_aware:
             out = f(*xs, round_down=st.mode is Rounding.DOWN)
         else:

@@ -62,6 +62,7 @@ __all__ = [
     "round_exact",
     "round_input",
     "seed_from_jax_key",
+    "significand_bits",
 ]
 
 #: What an out-of-domain input gives: NumPy's NaN/inf plus a RuntimeWarning, an error, or silence.
@@ -229,6 +230,26 @@ def odd_rounding_applies(fmt: Format) -> bool:
             bounds = [(a + b) / 2 for a, b in itertools.pairwise(vals)]
         return all(_even_float64(v) for v in vals + bounds)
     return False
+
+
+@functools.lru_cache(maxsize=256)
+def significand_bits(fmt: Format) -> int:
+    """The most significant bits any value of `fmt` has (a product of two has at most twice as many).
+
+    >>> significand_bits(an.BF16), significand_bits(an.Posit(16, 1)), significand_bits(an.Table([0.1, 3.0]))
+    (8, 13, 52)
+    """
+    if isinstance(fmt, Block):
+        return significand_bits(fmt.element) + (0 if fmt.power_of_two_scales else 53)
+    if isinstance(fmt, (FloatFormat, Posit)):
+        return fmt.precision
+    if isinstance(fmt, UniformFormat):
+        return fmt.bits
+    vals = [Fraction(float(v)) for v in fmt.values()] if isinstance(fmt, Table) else []
+    if not vals:
+        return 53
+    return max(0 if v == 0 else (abs(v.numerator) // (abs(v.numerator) & -abs(v.numerator))).bit_length()
+               for v in vals)
 
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max

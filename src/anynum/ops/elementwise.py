@@ -41,8 +41,9 @@ def _doc(title: str, how: str, domain: str, npname: str, example: tuple[str, str
 
 def _unary(name: str, f: Callable[..., Any], title: str, how: str, domain: str, pole: Pole,
            example: tuple[str, str], *, pair: bool = False, npname: str | None = None,
-           never_zero: Pole = None) -> Callable[..., Any]:
-    body = make_body(name, f, pole, domain, pair=pair, never_zero=never_zero)
+           never_zero: Pole = None, plain: tuple[Callable[..., torch.Tensor], int] | None = None,
+           ) -> Callable[..., Any]:
+    body = make_body(name, f, pole, domain, pair=pair, never_zero=never_zero, plain=plain)
 
     def op(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *, overflow: str | None = None,
            seed: int | None = None, generator: Any = None, rand_bits: int | None = None,
@@ -84,13 +85,17 @@ def _ex(args: str, out: str) -> tuple[str, str]:
     return args, out
 
 
+# Quotients and square roots of p-bit values are within 2**-(2p+2) of a (p+1)-bit boundary
+# only when they are on it; with p <= 25 float64's result rounds like the exact one.
 sqrt = _unary("sqrt", exact.sqrt, "square root", _EXACT, "x >= 0", None,
-              _ex('torch.tensor([2.0, 0.25]), "e4m3fn", "ru"', "[1.5, 0.5]"), pair=True)
+              _ex('torch.tensor([2.0, 0.25]), "e4m3fn", "ru"', "[1.5, 0.5]"), pair=True,
+              plain=(torch.sqrt, 25))
 square = _unary("square", lambda x: exact.multiply(x, x), "x * x", _EXACT, "", None,
-                _ex('torch.tensor([1.0625]), "bf16", "rd"', "[1.125]"), pair=True)
+                _ex('torch.tensor([1.0625]), "bf16", "rd"', "[1.125]"), pair=True,
+                plain=(torch.square, 26))
 reciprocal = _unary("reciprocal", lambda x: exact.divide(torch.ones_like(x), x), "1 / x", _EXACT,
                     "x != 0 (0 is a pole)", _zero, _ex('torch.tensor([3.0]), "bf16", "rz"', "[0.33203125]"),
-                    pair=True)
+                    pair=True, plain=(torch.reciprocal, 25))
 cbrt = _unary("cbrt", exact.cbrt, "cube root", _LIBM + " (exact cubes give their exact root)", "", None,
               _ex('torch.tensor([27.0, -2.0]), "bf16"', "[3.0, -1.2578125]"))
 exp = _unary("exp", torch.exp, "e**x", _LIBM, "", None, _ex(f"{_T}, {_B}", "[1.6484375, 20.125]"),
@@ -176,8 +181,10 @@ imag = _unary("imag", torch.zeros_like, "0 (real inputs)", _EXACT, "", None,
 
 def _binary(name: str, f: Callable[..., Any], title: str, how: str, domain: str, pole: Pole,
             example: tuple[str, str], *, pair: bool = False, down_aware: bool = False,
-            npname: str | None = None, never_zero: Pole = None) -> Callable[..., Any]:
-    body = make_body(name, f, pole, domain, pair=pair, down_aware=down_aware, never_zero=never_zero)
+            npname: str | None = None, never_zero: Pole = None,
+            plain: tuple[Callable[..., torch.Tensor], int] | None = None) -> Callable[..., Any]:
+    body = make_body(name, f, pole, domain, pair=pair, down_aware=down_aware, never_zero=never_zero,
+                     plain=plain)
 
     def op(x: Any, y: Any, fmt: Format | str, rounding: RoundingLike = "nearest", *,
            overflow: str | None = None, seed: int | None = None, generator: Any = None,
@@ -233,10 +240,11 @@ subtract = _binary("subtract", lambda x, y, round_down: exact.add(x, -y, round_d
                    None, _ex('torch.tensor([1.0]), torch.tensor([2.0**-100]), "bf16", "rz"', "[0.99609375]"),
                    pair=True, down_aware=True)
 multiply = _binary("multiply", exact.multiply, "x * y", _EXACT, "", None,
-                   _ex('torch.tensor([1.125]), torch.tensor([1.125]), "e4m3fn", "ru"', "[1.375]"), pair=True)
+                   _ex('torch.tensor([1.125]), torch.tensor([1.125]), "e4m3fn", "ru"', "[1.375]"), pair=True,
+                   plain=(torch.mul, 26))
 divide = _binary("divide", exact.divide, "x / y", _EXACT, "y != 0 (x / 0 is a pole; 0 / 0 is NaN)",
                  _divide_pole, _ex('torch.tensor([1.0, 2.0]), torch.tensor([3.0]), "bf16"',
-                                   "[0.333984375, 0.66796875]"), pair=True)
+                                   "[0.333984375, 0.66796875]"), pair=True, plain=(torch.div, 25))
 true_divide = divide
 power = _binary("power", _power, "x ** y", _LIBM + " (exact for exponents 2, -1 and 1/2)",
                 "x >= 0 or integral y (0 to a negative power is a pole)", _power_pole,
