@@ -209,11 +209,15 @@ def _cmd_study(args: argparse.Namespace) -> int:
                 written.append(out / "heatmap.png")
     except OSError as exc:
         raise AnynumError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from None
+    return _wrote(written, result.failures)
+
+
+def _wrote(written: list[Any], failures: list[str]) -> int:
+    """Say what a study wrote; failed trials (not recorded, retried on a rerun) make it an error."""
     print("wrote " + ", ".join(str(p) for p in written))
-    if result.failures:
+    if failures:
         raise AnynumError(
-            f"{len(result.failures)} trial(s) failed and were not recorded (rerun to retry); "
-            f"first: {result.failures[0]}"
+            f"{len(failures)} trial(s) failed and were not recorded (rerun to retry); first: {failures[0]}"
         )
     return 0
 
@@ -266,13 +270,7 @@ def _cmd_faults(args: argparse.Namespace) -> int:
             written.append(out / "faults.png")
     except OSError as exc:
         raise AnynumError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from None
-    print("wrote " + ", ".join(str(p) for p in written))
-    if result.failures:
-        raise AnynumError(
-            f"{len(result.failures)} trial(s) failed and were not recorded (rerun to retry); "
-            f"first: {result.failures[0]}"
-        )
-    return 0
+    return _wrote(written, result.failures)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
