@@ -84,6 +84,8 @@ def range_pair(s: torch.Tensor, e: torch.Tensor | None, xs: Sequence[torch.Tenso
     """
     if st.mode.is_nearest and st.fmt.max >= _DBL_MAX:
         return s, e
+    if not bool(torch.isinf(s).any()) and (never_zero is None or not bool((s == 0).any())):
+        return s, e  # the common case, in one or two passes
     finite = torch.ones(s.shape, dtype=torch.bool, device=s.device)
     for t in xs:
         finite = finite & torch.isfinite(t)

@@ -295,10 +295,13 @@ def float32_carries(fmt: Format) -> bool:
 def _to_odd32(t: torch.Tensor) -> torch.Tensor:
     """float32 round-to-odd of float64 values (beyond float32's range: ±FLT_MAX, which is odd)."""
     y = t.to(torch.float32)
-    finite = torch.isfinite(t)
-    y = torch.where(finite & torch.isinf(y), torch.copysign(torch.full_like(y, _FLOAT32_MAX), y), y)
+    if bool(torch.isinf(y).any()):  # overflow of a finite value: the odd float below is FLT_MAX
+        big = torch.isinf(y) & torch.isfinite(t)
+        y = torch.where(big, torch.copysign(torch.full_like(y, _FLOAT32_MAX), y), y)
     back = y.to(torch.float64)
-    step = finite & (back != t) & ((y.view(torch.int32) & 1) == 0)
+    step = (back != t) & ((y.view(torch.int32) & 1) == 0) & (back == back)  # inexact, even, not NaN
+    if not bool(step.any()):
+        return y
     toward = torch.where(t > back, torch.inf, -torch.inf).to(torch.float32)
     return torch.where(step, torch.nextafter(y, toward), y)
 
@@ -428,12 +431,15 @@ def check_domain(
     """
     if st.domain == "ignore":
         return
+    nan_out = torch.isnan(result)
+    if pole is None and not bool(nan_out.any()):
+        return  # the common case, in one pass
     reduction = nan_in is not None
     if nan_in is None:
         nan_in = torch.zeros(result.shape, dtype=torch.bool, device=result.device)
         for t in inputs:
             nan_in = nan_in | torch.isnan(t)
-    invalid = torch.isnan(result) & ~nan_in
+    invalid = nan_out & ~nan_in
     bad_pole = pole(*inputs) & ~invalid & ~nan_in if pole is not None else None
     kinds = []
     if bool(invalid.any()):
