@@ -1,0 +1,268 @@
+"""`Stats`: what rounding did to one stream of tensors, folded into a few running sums.
+
+One `Stats` belongs to one (layer, category) of a diagnosis. `add(x, y)` takes a tensor
+before rounding and the rounded tensor the model actually used; `add_update(before,
+x, y)` takes a weight before an optimizer step, the value the step computed and the
+value stored. Each call reads its tensors once and keeps only sums, a running maximum
+and a histogram of the exponents, so memory does not grow with the run.
+
+Definitions (``x`` before rounding, ``y`` after; fractions are of the *nonzero* inputs,
+since zero is exact in every format):
+
+* ``overflow``: ``|x| > max`` (the format's largest finite value; for block formats the
+  largest value any block can hold); infinite inputs count, NaN does not.
+* ``underflow``: ``x != 0`` but ``y == 0`` (flushed to zero).
+* ``subnormal``: ``0 < |y| < smallest_normal`` (None for block formats, whose grid moves with
+  each block's scale).
+* ``sqnr_db``: ``10 log10(sum x^2 / sum (y - x)^2)`` over finite ``x``; a finite ``x``
+  rounded to inf or NaN makes the noise infinite (-inf dB); no error gives +inf.
+* ``rel_err``: mean of ``|y - x| / |x|`` over finite nonzero ``x``.
+* ``sr_rel_var`` (stochastic modes only): ``sum (x - lo)(hi - x) / sum x^2``, ``lo`` and
+  ``hi`` the grid neighbours of ``x``: the variance stochastic rounding adds, relative to
+  the signal, computed exactly from the neighbours rather than from the draws.
+* ``candidates``: SQNR (dB) the same tensors would have in other formats (round to nearest,
+  each format's default overflow).
+
+For optimizer updates the signal is the update ``u = x - before``: ``sqnr_db`` and
+``rel_err`` compare the stored error ``y - x`` with ``u``, ``sr_rel_var`` divides by
+``sum u^2``, the fractions are of the nonzero updates, and
+
+* ``stagnation``: ``|u| < ulp(before) / 2``, where ``ulp(w)`` is the gap from the grid value
+  at or below ``|w|`` to the next one above (the updates round to nearest would lose);
+* ``lost``: ``y == before``: the stored weight did not move at all.
+
+Update statistics count only weights that were on the grid before the step (the first step
+of a model initialised off the grid moves its weights onto it, which is no update lost).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from anynum.formats.base import Format
+from anynum.quantize import quantize
+from anynum.rounding import Rounding
+
+__all__ = ["HIST_OFFSET", "Stats"]
+
+#: floor(log2|x|) of a float64 lies in [-1074, 1023]; bin i of the histogram is exponent i - offset.
+HIST_OFFSET = 1100
+_BINS = 2200
+
+# Positions in the running-sum vector.
+_N, _NZ, _NAN, _OVER, _UNDER, _SUB, _SIG, _NOISE, _REL, _RELN, _SRVAR, _STAG, _LOST = range(13)
+
+
+def _range(fmt: Format) -> tuple[float, float | None]:
+    """(largest finite magnitude, smallest normal or None where the grid moves per block)."""
+    abs_max = getattr(fmt, "abs_max", None)
+    if abs_max is not None:  # block formats: the element grid times each block's scale
+        return float(abs_max), None
+    return float(fmt.max), float(fmt.smallest_normal)
+
+
+def _count(mask: torch.Tensor) -> torch.Tensor:
+    return mask.sum(dtype=torch.float64)
+
+
+def _error(x: torch.Tensor, y: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    """y - x where x is finite (0 elsewhere); a finite x rounded to inf or NaN is an infinite error."""
+    err = torch.where(finite, y - x, 0.0)
+    return torch.where(finite & ~torch.isfinite(y), math.inf, err)
+
+
+class Stats:
+    """Running statistics of one (layer, category); see the module docstring for the definitions.
+
+    >>> import torch, anynum as an
+    >>> s = Stats(an.E4M3FN, "nearest")
+    >>> x = torch.tensor([0.0, 1.0, 1000.0, 1e-4])
+    >>> s.add(x, an.quantize(x, an.E4M3FN))
+    >>> r = s.summary(); r["overflow"], r["underflow"], r["max_abs"]
+    (0.3333333333333333, 0.3333333333333333, 1000.0)
+    """
+
+    def __init__(
+        self,
+        fmt: Format,
+        mode: Rounding | str = Rounding.NEAREST_EVEN,
+        overflow: str | None = None,
+        candidates: Sequence[tuple[str, Format]] = (),
+    ) -> None:
+        self.fmt = fmt
+        self.mode = Rounding.parse(mode)
+        self.overflow = fmt.check_overflow(overflow)
+        self.fmax, self.smallest_normal = _range(fmt)
+        self.candidates = list(candidates)
+        self.sums: torch.Tensor | None = None  # float64 running sums, on the device of the data
+        self.cand_noise: torch.Tensor | None = None
+        self.max_abs: torch.Tensor | None = None
+        self.hist: torch.Tensor | None = None
+        self.updates = False
+
+    def _neighbours(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = quantize(x, self.fmt, Rounding.DOWN, overflow=self.overflow)
+        hi = quantize(x, self.fmt, Rounding.UP, overflow=self.overflow)
+        return lo, hi
+
+    def _sr_var(self, x: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+        if not self.mode.is_stochastic:
+            return torch.zeros((), dtype=torch.float64, device=x.device)
+        lo, hi = self._neighbours(x)
+        inside = finite & (x.abs() <= self.fmax)
+        return torch.where(inside, (x - lo) * (hi - x), 0.0).nan_to_num(0.0).sum()
+
+    def _fold(self, sums: list[torch.Tensor], signal: torch.Tensor, keep: torch.Tensor) -> None:
+        """Add one call's sums; `signal` feeds the maximum and the histogram where `keep`."""
+        vec = torch.stack([s.to(torch.float64) for s in sums])
+        a = signal.abs()
+        top = torch.where(torch.isnan(a), 0.0, a).amax() if a.numel() else vec.new_zeros(())
+        _, exp = torch.frexp(signal[keep])
+        hist = torch.bincount(exp.long() + (HIST_OFFSET - 1), minlength=_BINS)
+        if self.sums is None:
+            self.sums, self.max_abs, self.hist = vec, top, hist
+        else:
+            assert self.max_abs is not None and self.hist is not None
+            self.sums += vec.to(self.sums.device)
+            self.max_abs = torch.maximum(self.max_abs, top.to(self.max_abs.device))
+            self.hist += hist.to(self.hist.device)
+
+    def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Fold in a tensor `x` and its rounded value `y` (same shape)."""
+        if x.numel() == 0:
+            return
+        x = x.detach().to(torch.float64)
+        y = y.detach().to(torch.float64)
+        nan = torch.isnan(x)
+        ax = x.abs()
+        nz = (x != 0) & ~nan
+        finite = torch.isfinite(x)
+        err = _error(x, y, finite)
+        xs = torch.where(finite, x, 0.0)
+        rel = finite & nz
+        if self.smallest_normal is None:
+            sub = torch.zeros((), device=x.device)
+        else:
+            ay = y.abs()
+            sub = _count(nz & (ay > 0) & (ay < self.smallest_normal))
+        self._fold(
+            [
+                torch.tensor(float(x.numel()), device=x.device),
+                _count(nz),
+                _count(nan),
+                _count(ax > self.fmax),
+                _count(nz & (y == 0)),
+                sub,
+                (xs * xs).sum(),
+                (err * err).sum(),
+                torch.where(rel, err.abs() / torch.where(rel, ax, 1.0), 0.0).sum(),
+                _count(rel),
+                self._sr_var(x, finite),
+                torch.zeros((), device=x.device),
+                torch.zeros((), device=x.device),
+            ],
+            x,
+            rel,
+        )
+        if self.candidates:
+            noise = []
+            for _, fmt in self.candidates:
+                e = _error(x, quantize(x, fmt), finite)
+                noise.append((e * e).sum())
+            vec = torch.stack(noise)
+            self.cand_noise = (
+                vec if self.cand_noise is None else self.cand_noise + vec.to(self.cand_noise.device)
+            )
+
+    def add_update(self, before: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Fold in one optimizer update: weights `before` the step, the computed `x`, the stored `y`."""
+        if x.numel() == 0:
+            return
+        self.updates = True
+        before = before.detach().to(torch.float64)
+        x = x.detach().to(torch.float64)
+        y = y.detach().to(torch.float64)
+        u = x - before
+        # ulp(before): from the grid value at or below |before| to the next value above it.
+        low = quantize(before.abs(), self.fmt, Rounding.DOWN, overflow=self.overflow)
+        up = quantize(
+            torch.nextafter(low, torch.full_like(low, math.inf)),
+            self.fmt,
+            Rounding.UP,
+            overflow=self.overflow,
+        )
+        gap = up - low
+        has_gap = torch.isfinite(gap) & (gap > 0)
+        # Only weights already on the grid: the first step of an off-grid initialisation
+        # moves the weight onto the grid, which is not an update being lost.
+        finite = torch.isfinite(u) & torch.isfinite(x) & (low == before.abs())
+        live = finite & (u != 0)
+        err = _error(x, y, finite)
+        us = torch.where(finite, u, 0.0)
+        self._fold(
+            [
+                torch.tensor(float(x.numel()), device=x.device),
+                _count(live),
+                _count(torch.isnan(u)),
+                _count(live & (x.abs() > self.fmax)),
+                torch.zeros((), device=x.device),
+                torch.zeros((), device=x.device),
+                (us * us).sum(),
+                (err * err).sum(),
+                torch.where(live, err.abs() / torch.where(live, u.abs(), 1.0), 0.0).sum(),
+                _count(live),
+                self._sr_var(x, finite),
+                _count(live & has_gap & (u.abs() < gap / 2)),
+                _count(live & (y == before)),
+            ],
+            u,
+            live,
+        )
+
+    # --- results ------------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """The statistics as plain Python values (see the module docstring); empty stats give zeros."""
+        s = self.sums.tolist() if self.sums is not None else [0.0] * 13
+        nz = s[_NZ]
+
+        def frac(i: int) -> float:
+            return s[i] / nz if nz else 0.0
+
+        def sqnr(signal: float, noise: float) -> float:
+            if signal == 0.0:
+                return math.nan
+            if noise == 0.0:
+                return math.inf
+            return 10.0 * math.log10(signal / noise) if math.isfinite(noise) else -math.inf
+
+        hist: dict[int, int] = {}
+        if self.hist is not None:
+            idx = torch.nonzero(self.hist).flatten().tolist()
+            counts = self.hist[idx].tolist() if idx else []
+            hist = {i - HIST_OFFSET: int(c) for i, c in zip(idx, counts)}
+        cands: dict[str, float] = {}
+        if self.cand_noise is not None:
+            for (name, _), noise in zip(self.candidates, self.cand_noise.tolist()):
+                cands[name] = sqnr(s[_SIG], noise)
+        update = self.updates
+        return {
+            "count": int(s[_N]),
+            "nonzero": int(nz),
+            "nan": int(s[_NAN]),
+            "max_abs": float(self.max_abs) if self.max_abs is not None else 0.0,
+            "format_max": self.fmax,
+            "overflow": frac(_OVER),
+            "underflow": None if update else frac(_UNDER),
+            "subnormal": None if update or self.smallest_normal is None else frac(_SUB),
+            "sqnr_db": sqnr(s[_SIG], s[_NOISE]),
+            "rel_err": s[_REL] / s[_RELN] if s[_RELN] else 0.0,
+            "sr_rel_var": (s[_SRVAR] / s[_SIG] if s[_SIG] else 0.0) if self.mode.is_stochastic else None,
+            "stagnation": frac(_STAG) if update else None,
+            "lost": frac(_LOST) if update else None,
+            "candidates": cands,
+            "log2_hist": hist,
+        }
