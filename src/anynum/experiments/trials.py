@@ -56,6 +56,7 @@ __all__ = [
     "run_trial",
     "sgd",
     "train_baseline",
+    "trial_environment",
 ]
 
 #: Bumped whenever the training or evaluation procedure changes (part of every trial id).
@@ -174,7 +175,7 @@ class TrialConfig:
 
 
 @contextlib.contextmanager
-def _trial_environment() -> Iterator[None]:
+def trial_environment() -> Iterator[None]:
     """One thread and eager kernels (deterministic, no compile latency); restored afterwards."""
     threads = torch.get_num_threads()
     compile_env = os.environ.get("ANYNUM_COMPILE")
@@ -336,7 +337,7 @@ def train_baseline(
     >>> score > 30.0
     True
     """
-    with _trial_environment():
+    with trial_environment():
         key_json = json.dumps(cfg.baseline_key(), sort_keys=True)
         state, score = _baseline_cached(key_json, None if cache_dir is None else str(cache_dir))
         model = build_model(cfg.model, load_dataset(cfg.dataset))
@@ -377,7 +378,7 @@ def run_trial(
     fmt = lookup_format(cfg.format)
     data = load_dataset(cfg.dataset)
     baseline, base_score = train_baseline(cfg, cache_dir)
-    with _trial_environment():
+    with trial_environment():
         import anynum.nn as ann
 
         policy = ann.Policy(weight=fmt, activation=fmt, rounding=cfg.rounding, seed=cfg.seed)

@@ -5,9 +5,10 @@
 `anynum.nn.observe`, and returns a `DiagnoseReport`: one row per (layer, category)
 and suggestions computed from the rows (`suggest`):
 
-* **loss scale**: the power of two that brings the underflow of every error and
+* **loss scale**: the smallest power of two that brings the underflow of every error and
   gradient row below `underflow_target` without pushing any of them past the format's
-  largest value, predicted from the histogram of log2|x| each row keeps;
+  largest value, predicted from the histogram of log2|x| each row keeps (when none does,
+  the one with the least underflow that keeps `HEADROOM`);
 * **narrowest format**: per row, the narrowest of `candidates` whose SQNR on the same
   tensors is at least `min_sqnr` dB;
 * **keep in higher precision**: layers whose weights, biases or activations lose more
@@ -31,15 +32,26 @@ from anynum.errors import AnynumError
 from anynum.formats.base import Format
 from anynum.formats.registry import format as lookup_format
 from anynum.nn.convert import convert, converted_layers
-from anynum.nn.observe import observe
+from anynum.nn.observe import Observation, observe
 from anynum.nn.policy import Policy
 from anynum.nn.report import DiagnoseReport, Suggestion
 from anynum.rounding import Rounding
 
-__all__ = ["STAGNATION_WARN", "diagnose", "flush_threshold", "predicted_underflow", "suggest"]
+__all__ = [
+    "HEADROOM",
+    "STAGNATION_WARN",
+    "diagnose",
+    "flush_threshold",
+    "predicted_underflow",
+    "report_from",
+    "suggest",
+]
 
 #: Fraction of stagnating weight updates above which a layer gets a suggestion.
 STAGNATION_WARN = 0.1
+#: When no loss scale brings underflow below the target, the suggested one keeps the largest
+#: scaled value this many times below the format's maximum (later steps may see larger values).
+HEADROOM = 4.0
 
 
 def _policy(policy_or_format: Policy | Format | str | None) -> Policy | None:
@@ -145,6 +157,23 @@ def diagnose(
         )
     if not isinstance(model, nn.Module):
         raise AnynumError(f"diagnose(model=...) takes a torch.nn.Module, got {type(model).__name__}.")
+    # The user's random streams stay where they were: rounders without a seed draw theirs
+    # from torch's global generator, and so may the model (dropout).
+    with torch.random.fork_rng():
+        return _run(model, policy, data, loss_fn, optimizer, steps, candidates, min_sqnr, underflow_target)
+
+
+def _run(
+    model: nn.Module,
+    policy: Policy | None,
+    data: Iterable[Any],
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None,
+    optimizer: Callable[[list[torch.nn.Parameter]], Any] | None,
+    steps: int | None,
+    candidates: Sequence[Format | str],
+    min_sqnr: float,
+    underflow_target: float,
+) -> DiagnoseReport:
     work = copy.deepcopy(model)
     if policy is not None:
         if converted_layers(work):
@@ -172,15 +201,41 @@ def diagnose(
             if opt is not None:
                 opt.step()
             losses.append(float(loss.detach()))
-        rows = list(obs.rows())
-    if not losses:
-        raise AnynumError("diagnose(data=...) yielded no batch; give at least one (input, target) pair.")
-    scale_state = getattr(opt, "loss_scale", None)
+        if not losses:
+            raise AnynumError("diagnose(data=...) yielded no batch; give at least one (input, target) pair.")
+        return report_from(
+            obs, optimizer=opt, losses=losses, min_sqnr=min_sqnr, underflow_target=underflow_target
+        )
+
+
+def report_from(
+    observation: Observation,
+    *,
+    optimizer: Any = None,
+    losses: Sequence[float] = (),
+    min_sqnr: float = 20.0,
+    underflow_target: float = 0.01,
+) -> DiagnoseReport:
+    """The `DiagnoseReport` of an `Observation` you ran yourself (your own training loop).
+
+    `optimizer` is the one observed (its loss scale enters the loss-scale suggestion);
+    `losses`, one per step, set the report's ``steps``.
+
+    >>> import torch, anynum as an
+    >>> m = an.nn.convert(torch.nn.Sequential(torch.nn.Linear(2, 2)), an.nn.Policy(weight="e2m1"))
+    >>> with an.nn.observe(m, candidates=["e3m2"]) as obs:
+    ...     _ = m(torch.ones(1, 2))
+    >>> rep = report_from(obs, losses=[float("nan")])
+    >>> rep.steps, [r["category"] for r in rep.rows]
+    (1, ['weight', 'bias'])
+    """
+    rows = list(observation.rows())
+    scale_state = getattr(optimizer, "loss_scale", None)
     scale = float(getattr(scale_state, "scale", 1.0))
     dynamic = bool(getattr(scale_state, "dynamic", False))
     suggestions = suggest(
         rows,
-        candidates=candidates,
+        candidates=[name for name, _ in observation.candidates],
         min_sqnr=min_sqnr,
         underflow_target=underflow_target,
         loss_scale=scale,
@@ -190,7 +245,7 @@ def diagnose(
         rows=rows,
         suggestions=suggestions,
         steps=len(losses),
-        losses=losses,
+        losses=list(losses),
         loss_scale=scale,
         min_sqnr=min_sqnr,
         underflow_target=underflow_target,
@@ -261,8 +316,8 @@ def _loss_scale(rows: list[dict[str, Any]], target: float, scale: float, dynamic
             )
         ]
 
-    def fits(k: int) -> bool:
-        return all(r["max_abs"] * 2.0**k <= r["format_max"] for r in back)
+    def fits(k: int, room: float = 1.0) -> bool:
+        return all(r["max_abs"] * 2.0**k * room <= r["format_max"] for r in back)
 
     def worst_after(k: int) -> float:
         return max(predicted_underflow(r, k) for r in back)
@@ -271,10 +326,11 @@ def _loss_scale(rows: list[dict[str, Any]], target: float, scale: float, dynamic
     good = [k for k in ks if fits(k) and worst_after(k) < target]
     if good:
         k = good[0]
-    else:  # no scale does both: the least underflow that still fits, else the least overflow
-        fitting = [k for k in ks if fits(k)]
+    else:  # no scale does both: the least underflow that keeps HEADROOM, else the least overflow
+        fitting = [k for k in ks if fits(k, HEADROOM)] or [k for k in ks if fits(k)]
         k = min(fitting, key=worst_after) if fitting else -64
     new = scale * 2.0**k
+    label = f"2^{round(math.log2(new))} ({new:g})" if math.log2(new).is_integer() else f"{new:g}"
     after = max(back, key=lambda r: predicted_underflow(r, k))
     top = max(back, key=lambda r: r["max_abs"] / r["format_max"])
     if k == 0:
@@ -284,14 +340,17 @@ def _loss_scale(rows: list[dict[str, Any]], target: float, scale: float, dynamic
         )
     else:
         msg = (
-            f"loss scale 2^{round(math.log2(new))} ({new:g}): error/gradient underflow goes from "
+            f"loss scale {label}: error/gradient underflow goes from "
             f"{_pct(worst['underflow'])} ({worst['layer']} {worst['category']}) to "
             f"{_pct(worst_after(k))} ({after['layer']} {after['category']}); the largest value "
             f"becomes {top['max_abs'] * 2.0**k:.3g} of {top['format']}'s {top['format_max']:g} "
             f"({top['layer']} {top['category']})."
         )
         if not good:
-            msg += f" No power of two brings every row below {_pct(target)} without overflow."
+            msg += (
+                f" No power of two brings every row below {_pct(target)} without overflow; this one "
+                f"keeps the largest value {HEADROOM:g}x below the format's maximum."
+            )
     return [Suggestion("loss_scale", msg, value=new)]
 
 

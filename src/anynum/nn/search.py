@@ -242,6 +242,7 @@ def search(
     sensitivity: str = "sqnr",
     rounding: str = "nearest",
     steps: int | None = None,
+    layers: Sequence[str] | None = None,
 ) -> SearchResult:
     """A per-layer format assignment that saves the most parameter bits within `tolerance` of the reference.
 
@@ -260,6 +261,7 @@ def search(
         sensitivity: ``"sqnr"`` (from `diagnose`, no evaluation) or ``"measured"`` (one
             evaluation per layer).
         rounding: the rounding mode of the chosen formats.
+        layers: names of the layers to search (default: see below).
 
     Searched layers are the layers `Policy` selects by default (linear, conv, recurrent,
     attention, norm, embedding) that hold parameters. Returns a `SearchResult`; its
@@ -282,14 +284,16 @@ def search(
             "search(model=...) takes a torch.nn.Module that is not converted (restore it first)."
         )
     work = copy.deepcopy(model)
-    layers = [
-        name
-        for name, (m, _) in select_layers(work, Policy()).items()
-        if name and any(True for _ in m.parameters())
-    ]
+    if layers is None:
+        chosen = select_layers(work, Policy())
+        layers = [n for n, (m, _) in chosen.items() if n and any(True for _ in m.parameters())]
+    else:
+        layers = list(layers)
+        select_layers(work, Policy(include=tuple(layers)))  # unknown names raise, with suggestions
     if not layers:
         raise AnynumError(
-            "search found no layer to quantize (no linear, conv, recurrent, norm ... layer with parameters)."
+            "search found no layer to quantize (no linear, conv, recurrent, norm ... layer with "
+            "parameters); name them with layers=."
         )
     params = {n: sum(p.numel() for p in work.get_submodule(n).parameters()) for n in layers}
     dtype = next(work.get_submodule(layers[0]).parameters()).dtype

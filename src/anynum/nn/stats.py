@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from anynum.errors import RepresentabilityError
 from anynum.formats.base import Format
 from anynum.quantize import quantize
 from anynum.rounding import Rounding
@@ -71,8 +72,7 @@ def _count(mask: torch.Tensor) -> torch.Tensor:
 
 def _error(x: torch.Tensor, y: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
     """y - x where x is finite (0 elsewhere); a finite x rounded to inf or NaN is an infinite error."""
-    err = torch.where(finite, y - x, 0.0)
-    return torch.where(finite & ~torch.isfinite(y), math.inf, err)
+    return torch.where(finite, y - x, 0.0).nan_to_num(nan=math.inf, posinf=math.inf, neginf=-math.inf)
 
 
 class Stats:
@@ -117,10 +117,9 @@ class Stats:
         return torch.where(inside, (x - lo) * (hi - x), 0.0).nan_to_num(0.0).sum()
 
     def _fold(self, sums: list[torch.Tensor], signal: torch.Tensor, keep: torch.Tensor) -> None:
-        """Add one call's sums; `signal` feeds the maximum and the histogram where `keep`."""
-        vec = torch.stack([s.to(torch.float64) for s in sums])
-        a = signal.abs()
-        top = torch.where(torch.isnan(a), 0.0, a).amax() if a.numel() else vec.new_zeros(())
+        """Add one call's float64 sums; `signal` feeds the maximum and (where `keep`) the histogram."""
+        vec = torch.stack(sums)
+        top = signal.abs().nan_to_num(nan=0.0, posinf=math.inf).amax()
         _, exp = torch.frexp(signal[keep])
         hist = torch.bincount(exp.long() + (HIST_OFFSET - 1), minlength=_BINS)
         if self.sums is None:
@@ -135,35 +134,36 @@ class Stats:
         """Fold in a tensor `x` and its rounded value `y` (same shape)."""
         if x.numel() == 0:
             return
-        x = x.detach().to(torch.float64)
-        y = y.detach().to(torch.float64)
-        nan = torch.isnan(x)
+        x, y = x.detach(), y.detach()
+        native = x  # candidates round in the input's own dtype (the fast kernels), compared in float64
+        x, y = x.to(torch.float64), y.to(torch.float64)
         ax = x.abs()
-        nz = (x != 0) & ~nan
-        finite = torch.isfinite(x)
+        finite = ax < math.inf  # NaN compares False
+        nz = ax > 0  # nonzero and not NaN
+        rel = finite & nz
         err = _error(x, y, finite)
         xs = torch.where(finite, x, 0.0)
-        rel = finite & nz
+        zero = x.new_zeros(())
         if self.smallest_normal is None:
-            sub = torch.zeros((), device=x.device)
+            sub = zero
         else:
             ay = y.abs()
             sub = _count(nz & (ay > 0) & (ay < self.smallest_normal))
         self._fold(
             [
-                torch.tensor(float(x.numel()), device=x.device),
+                x.new_tensor(float(x.numel())),
                 _count(nz),
-                _count(nan),
+                _count(torch.isnan(x)),
                 _count(ax > self.fmax),
                 _count(nz & (y == 0)),
                 sub,
                 (xs * xs).sum(),
                 (err * err).sum(),
-                torch.where(rel, err.abs() / torch.where(rel, ax, 1.0), 0.0).sum(),
+                torch.where(rel, err.abs() / ax, 0.0).sum(),
                 _count(rel),
                 self._sr_var(x, finite),
-                torch.zeros((), device=x.device),
-                torch.zeros((), device=x.device),
+                zero,
+                zero,
             ],
             x,
             rel,
@@ -171,7 +171,11 @@ class Stats:
         if self.candidates:
             noise = []
             for _, fmt in self.candidates:
-                e = _error(x, quantize(x, fmt), finite)
+                try:
+                    q = quantize(native, fmt)
+                except RepresentabilityError:  # wider than the input's dtype: round the float64 copy
+                    q = quantize(x, fmt)
+                e = _error(x, q.to(torch.float64), finite)
                 noise.append((e * e).sum())
             vec = torch.stack(noise)
             self.cand_noise = (
