@@ -9,7 +9,8 @@ Model files (``--model-file``), by what they hold:
   ``torch.export.load`` only after every pickled payload inside the archive has loaded with
   ``weights_only=True`` (``torch.export.load`` itself falls back to full unpickling for some
   payloads, which would run code from the file); then unflattened, so that its layers
-  remain modules that hooks and parametrizations reach;
+  remain modules that hooks and parametrizations reach (layers are found by name: every
+  module that holds parameters);
 * a pickled whole module (``torch.save(model, path)``): only with ``trust_pickle=True``,
   since unpickling it runs code from the file.
 
@@ -154,7 +155,7 @@ def _check_export_archive(p: Path) -> None:
                 torch.load(io.BytesIO(z.read(name)), weights_only=True, map_location="cpu")
             except Exception as exc:  # any failure: torch.export.load would unpickle it in full
                 raise InputError(
-                    f"{p}: the payload {name} does not load with weights_only=True ({exc}); {_TRUST}."
+                    f"{p}: the payload {name} does not load with weights_only=True ({_reason(exc)}); {_TRUST}."
                 ) from None
 
 
@@ -207,7 +208,14 @@ def load_model_file(
             program = torch.export.load(p)
         except Exception as exc:
             raise InputError(f"cannot load {p} as a torch.export program: {_reason(exc)}") from None
-        return torch.export.unflatten(program)
+        module = torch.export.unflatten(program)
+        # The graphs' node metadata holds the fake tensors of tracing, which cannot be deep-copied
+        # (diagnose and search work on copies); running the graph does not read it.
+        for sub in module.modules():
+            graph = getattr(sub, "graph", None)
+            for node in getattr(graph, "nodes", ()):
+                node.meta.clear()
+        return module
     try:
         obj = torch.load(p, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError:
