@@ -154,8 +154,9 @@ def _check_export_archive(p: Path) -> None:
             try:
                 torch.load(io.BytesIO(z.read(name)), weights_only=True, map_location="cpu")
             except Exception as exc:  # any failure: torch.export.load would unpickle it in full
+                why = _reason(exc)
                 raise InputError(
-                    f"{p}: the payload {name} does not load with weights_only=True ({_reason(exc)}); {_TRUST}."
+                    f"{p}: the payload {name} does not load with weights_only=True ({why}); {_TRUST}."
                 ) from None
 
 
