@@ -256,13 +256,13 @@ def _command(args: argparse.Namespace) -> str:
     return "anynum " + " ".join(shlex.quote(a) for a in args.argv)
 
 
-def _show(table: Any, text: str) -> None:
+def _show(table: Any, text: str, width: int = 120) -> None:
     try:
         from rich.console import Console
     except ImportError:
         print(text)
     else:
-        Console(width=max(_terminal_width(), 120)).print(table)
+        Console(width=max(_terminal_width(), width)).print(table)
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
@@ -282,7 +282,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     outcome = run_diagnose(spec, cache_dir=str(Path(args.out) / "cache"), progress=not args.quiet)
     rep = outcome.report
     _show(rep.rich_table(title=f"anynum diagnose: {outcome.mode.upper()} {outcome.label}, {rep.steps} steps"),
-          rep.table_text())
+          rep.table_text(), width=140)
     for line in [*outcome.score_lines(), *(f"- {s}" for s in rep.suggestions)]:
         print(line)
     try:
@@ -303,7 +303,7 @@ def _grad_scale(text: str) -> float | str:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from anynum.experiments.diagnosis import SearchSpec, run_search, write_search
+    from anynum.experiments.formatsearch import SearchSpec, run_search, write_search
 
     spec = SearchSpec(
         formats=args.formats, dataset=args.dataset, model=args.model, data_file=args.data_file,

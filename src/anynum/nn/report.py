@@ -17,6 +17,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from anynum.nn.observe import category_rank
+
 __all__ = ["COLUMNS", "DiagnoseReport", "Suggestion", "cell"]
 
 #: (key, heading) of the table columns, in order.
@@ -231,14 +233,15 @@ class DiagnoseReport:
 
     # --- figures ------------------------------------------------------------------------------
     def _badness(self, key: str, v: Any) -> float:
-        """0 (fine) .. 1 (bad): fractions saturate at 10 %, SQNR at 0 dB (fine from 2 x min_sqnr)."""
+        """0 (fine) .. 1 (bad): overflow, underflow and SR variance saturate at 10 %, relative error at
+        25 %, SQNR at 0 dB (fine from 2 x min_sqnr); subnormal, stagnant and lost count linearly
+        (subnormals lose precision, not values)."""
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return math.nan
         if key == "sqnr_db":
             return min(max(1.0 - v / (2 * self.min_sqnr), 0.0), 1.0) if self.min_sqnr > 0 else 0.0
-        if key == "rel_err":
-            return min(max(4.0 * v, 0.0), 1.0)
-        return min(max(10.0 * v, 0.0), 1.0)
+        gain = {"rel_err": 4.0, "subnormal": 1.0, "stagnation": 1.0, "lost": 1.0}.get(key, 10.0)
+        return min(max(gain * v, 0.0), 1.0)
 
     def plot_heatmap(self, path: str | os.PathLike[str]) -> None:
         """PNG: (layer, category) down, metrics across, coloured by how bad each value is, annotated."""
@@ -298,7 +301,7 @@ class DiagnoseReport:
 
         rows = [r for r in self.rows if r["category"] != "update" and r.get("log2_hist")]
         layers = list(dict.fromkeys(r["layer"] for r in rows))
-        cats = list(dict.fromkeys(r["category"] for r in rows))
+        cats = sorted(dict.fromkeys(r["category"] for r in rows), key=lambda c: (category_rank(c), c))
         fig, axes = plt.subplots(
             max(len(layers), 1),
             max(len(cats), 1),
