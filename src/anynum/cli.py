@@ -281,7 +281,8 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     )
     outcome = run_diagnose(spec, cache_dir=str(Path(args.out) / "cache"), progress=not args.quiet)
     rep = outcome.report
-    _show(rep.rich_table(title=f"anynum diagnose: {outcome.mode.upper()} {outcome.label}, {rep.steps} steps"),
+    what = f"{rep.steps} steps" if outcome.mode == "qat" else "one pass over the test set"
+    _show(rep.rich_table(title=f"anynum diagnose: {outcome.mode.upper()} {outcome.label}, {what}"),
           rep.table_text(), width=140)
     for line in [*outcome.score_lines(), *(f"- {s}" for s in rep.suggestions)]:
         print(line)

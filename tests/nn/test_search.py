@@ -109,7 +109,7 @@ def test_zero_tolerance_keeps_every_lossy_layer_wide():
 def test_result_renders(tmp_path):
     model = _model()
     res = an.nn.search(model, [(X, None)], _score(model), formats=["e4m3fn", "bf16"], tolerance=10.0)
-    assert "| 2 | 27 | bf16 | 16 |" in res.table_text()
+    assert "| 2 | 27 | 2 | bf16 | 16 |" in res.table_text()
     assert res.rich_table().row_count == 2
     assert '"formats"' in res.to_json(tmp_path / "s.json")
     res.plot(tmp_path / "s.png")

@@ -59,9 +59,10 @@ def format_cost(fmt: Format | str) -> float:
 @dataclass
 class SearchResult:
     """What `search` chose. ``policy`` converts the model (`anynum.nn.convert`); ``table`` has
-    one dict per searched layer: ``layer``, ``params``, ``format`` (None: left in the model's
-    precision), ``bits`` (per element), ``bits_saved``, ``sqnr_db`` (of the chosen format, or of
-    the narrowest when none was chosen; None with measured sensitivity), ``score`` (after the
+    one dict per searched layer: ``layer``, ``params``, ``order`` (when it was placed, least
+    sensitive first), ``format`` (None: left in the model's precision), ``bits`` (per
+    element), ``dtype_bits``, ``bits_saved``, ``sqnr_db`` (of the chosen format, or of the
+    narrowest when none was chosen; None with measured sensitivity), ``score`` (after the
     layer was placed). ``log`` lists every evaluation.
     """
 
@@ -101,27 +102,25 @@ class SearchResult:
             f"{self.total_bits:,.0f} parameter bits saved ({pct:.1f}%); {self.evaluations} evaluations"
         )
 
+    #: Column headings of the table: "order" is when the layer was placed (least sensitive first).
+    HEADINGS = ("layer", "params", "order", "format", "bits", "bits saved", "SQNR dB", "score")
+
+    def cells(self) -> list[list[str]]:
+        """The table's cells as text, one list per layer (see `HEADINGS`)."""
+        out = []
+        for r in self.table:
+            sq, sc = r["sqnr_db"], r["score"]
+            out.append([
+                r["layer"], str(r["params"]), str(r["order"]), r["format"] or f"(keep {r['dtype_bits']}-bit)",
+                f"{r['bits']:g}", f"{r['bits_saved']:,.0f}", "-" if sq is None else f"{sq:.1f}",
+                "-" if sc is None else f"{sc:.2f}",
+            ])  # fmt: skip
+        return out
+
     def table_text(self) -> str:
         """The table as GitHub markdown, with the summary line below it."""
-        head = ["layer", "params", "format", "bits", "bits saved", "SQNR dB", "score"]
-        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        for r in self.table:
-            sq = r["sqnr_db"]
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        r["layer"],
-                        str(r["params"]),
-                        r["format"] or f"(keep {r['dtype_bits']}-bit)",
-                        f"{r['bits']:g}",
-                        f"{r['bits_saved']:,.0f}",
-                        "-" if sq is None else f"{sq:.1f}",
-                        "-" if r["score"] is None else f"{r['score']:.2f}",
-                    ]
-                )
-                + " |"
-            )
+        lines = ["| " + " | ".join(self.HEADINGS) + " |", "|" + "|".join("---" for _ in self.HEADINGS) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in self.cells()]
         return "\n".join(lines) + "\n\n" + self.summary()
 
     def __str__(self) -> str:
@@ -132,19 +131,10 @@ class SearchResult:
         from rich.table import Table
 
         table = Table(title=title or "anynum search", title_justify="left", caption=self.summary())
-        for i, h in enumerate(["layer", "params", "format", "bits", "bits saved", "SQNR dB", "score"]):
-            table.add_column(h, justify="left" if i in (0, 2) else "right")
-        for r in self.table:
-            sq = r["sqnr_db"]
-            table.add_row(
-                r["layer"],
-                str(r["params"]),
-                r["format"] or f"(keep {r['dtype_bits']}-bit)",
-                f"{r['bits']:g}",
-                f"{r['bits_saved']:,.0f}",
-                "-" if sq is None else f"{sq:.1f}",
-                "-" if r["score"] is None else f"{r['score']:.2f}",
-            )
+        for h in self.HEADINGS:
+            table.add_column(h, justify="left" if h in ("layer", "format") else "right")
+        for row in self.cells():
+            table.add_row(*row)
         return table
 
     def to_dict(self) -> dict[str, Any]:
@@ -356,6 +346,7 @@ def search(
     order = sorted(layers, key=lambda n: (-robust[n], -params[n]))
     assign: dict[str, str] = {}
     scores: dict[str, float] = {}
+    position = {n: i + 1 for i, n in enumerate(order)}
     for n in order:
         for name, _ in ordered:
             if not left():
@@ -380,6 +371,7 @@ def search(
                 "bits_saved": (dtype_bits - bits) * params[n],
                 "sqnr_db": sq,
                 "score": scores.get(n),
+                "order": position[n],
             }
         )
     return SearchResult(policy_for(assign), table, reference, final, float(tolerance), len(log), log)
