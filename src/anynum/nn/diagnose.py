@@ -397,7 +397,7 @@ def _keep(rows: list[dict[str, Any]], min_sqnr: float, target: float) -> list[Su
                 continue
             if r["sqnr_db"] < min_sqnr:  # NaN (no signal) compares False
                 reasons.append(f"{r['category']} SQNR {r['sqnr_db']:.1f} dB < {min_sqnr:g} dB")
-            if r["overflow"] > target:
+            if (r["overflow"] or 0.0) > target:
                 reasons.append(
                     f"{r['category']} {_pct(r['overflow'])} beyond {r['format']}'s max "
                     f"(max|x| {r['max_abs']:.3g} > {r['format_max']:g})"
@@ -427,6 +427,22 @@ def _stagnation(rows: list[dict[str, Any]]) -> list[Suggestion]:
     return out
 
 
+def _silent(rows: list[dict[str, Any]]) -> list[Suggestion]:
+    out = []
+    for r in rows:
+        if r["category"] in ("error", "gradient") and r.get("count") and not r["nonzero"]:
+            out.append(
+                Suggestion(
+                    "note",
+                    f"no gradient reaches {r['layer']}: all {r['count']:,} of its {r['category']} values "
+                    "were zero (look for underflow in the layers after it).",
+                    layer=r["layer"],
+                    category=r["category"],
+                )
+            )
+    return out
+
+
 def suggest(
     rows: list[dict[str, Any]],
     *,
@@ -447,6 +463,7 @@ def suggest(
     """
     return [
         *_loss_scale(rows, underflow_target, loss_scale, dynamic),
+        *_silent(rows),
         *_keep(rows, min_sqnr, underflow_target),
         *_stagnation(rows),
         *_narrowest(rows, candidates, min_sqnr),

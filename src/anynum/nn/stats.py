@@ -229,12 +229,13 @@ class Stats:
 
     # --- results ------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        """The statistics as plain Python values (see the module docstring); empty stats give zeros."""
+        """The statistics as plain Python values (see the module docstring). Fractions and the
+        relative error are None when no value was nonzero (nothing to be a fraction of)."""
         s = self.sums.tolist() if self.sums is not None else [0.0] * 13
         nz = s[_NZ]
 
-        def frac(i: int) -> float:
-            return s[i] / nz if nz else 0.0
+        def frac(i: int) -> float | None:
+            return s[i] / nz if nz else None  # no nonzero value: nothing to be a fraction of
 
         def sqnr(signal: float, noise: float) -> float:
             if signal == 0.0:
@@ -263,7 +264,7 @@ class Stats:
             "underflow": None if update else frac(_UNDER),
             "subnormal": None if update or self.smallest_normal is None else frac(_SUB),
             "sqnr_db": sqnr(s[_SIG], s[_NOISE]),
-            "rel_err": s[_REL] / s[_RELN] if s[_RELN] else 0.0,
+            "rel_err": s[_REL] / s[_RELN] if s[_RELN] else None,
             "sr_rel_var": (s[_SRVAR] / s[_SIG] if s[_SIG] else 0.0) if self.mode.is_stochastic else None,
             "stagnation": frac(_STAG) if update else None,
             "lost": frac(_LOST) if update else None,
