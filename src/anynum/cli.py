@@ -314,7 +314,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     )
     result, label = run_search(spec, cache_dir=str(Path(args.out) / "cache"), progress=not args.quiet)
     _show(result.rich_table(title=f"anynum search: {label}, tolerance {spec.tolerance:g} points"),
-          result.table_text())
+          result.table_text().rsplit("\n\n", 1)[0])
+    print(result.summary())
     try:
         written = write_search(result, args.out, _command(args))
     except OSError as exc:

@@ -326,9 +326,10 @@ def _loss_scale(rows: list[dict[str, Any]], target: float, scale: float, dynamic
     good = [k for k in ks if fits(k) and worst_after(k) < target]
     if good:
         k = good[0]
-    else:  # no scale does both: the least underflow that keeps HEADROOM, else the least overflow
-        fitting = [k for k in ks if fits(k, HEADROOM)] or [k for k in ks if fits(k)]
-        k = min(fitting, key=worst_after) if fitting else -64
+    else:  # no scale does both: the least underflow that keeps HEADROOM (or overflows no more than now)
+        fitting = [k for k in ks if fits(k, HEADROOM) or (k == 0 and fits(0))]
+        fitting = fitting or [k for k in ks if fits(k)]
+        k = min(fitting, key=lambda k: (worst_after(k), abs(k))) if fitting else -64
     new = scale * 2.0**k
     label = f"2^{round(math.log2(new))} ({new:g})" if math.log2(new).is_integer() else f"{new:g}"
     after = max(back, key=lambda r: predicted_underflow(r, k))

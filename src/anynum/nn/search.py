@@ -127,10 +127,10 @@ class SearchResult:
         return self.table_text()
 
     def rich_table(self, title: str | None = None) -> Any:
-        """A `rich.table.Table` (needs rich: the ``cli`` extra)."""
+        """A `rich.table.Table` (needs rich: the ``cli`` extra); `summary` is the line to print below it."""
         from rich.table import Table
 
-        table = Table(title=title or "anynum search", title_justify="left", caption=self.summary())
+        table = Table(title=title or "anynum search", title_justify="left")
         for h in self.HEADINGS:
             table.add_column(h, justify="left" if h in ("layer", "format") else "right")
         for row in self.cells():
