@@ -212,6 +212,7 @@ def report_from(
     observation: Observation,
     *,
     optimizer: Any = None,
+    steps: int | None = None,
     losses: Sequence[float] = (),
     min_sqnr: float = 20.0,
     underflow_target: float = 0.01,
@@ -219,13 +220,13 @@ def report_from(
     """The `DiagnoseReport` of an `Observation` you ran yourself (your own training loop).
 
     `optimizer` is the one observed (its loss scale enters the loss-scale suggestion);
-    `losses`, one per step, set the report's ``steps``.
+    `steps` is how many steps ran (default: one per entry of `losses`).
 
     >>> import torch, anynum as an
     >>> m = an.nn.convert(torch.nn.Sequential(torch.nn.Linear(2, 2)), an.nn.Policy(weight="e2m1"))
     >>> with an.nn.observe(m, candidates=["e3m2"]) as obs:
     ...     _ = m(torch.ones(1, 2))
-    >>> rep = report_from(obs, losses=[float("nan")])
+    >>> rep = report_from(obs, steps=1)
     >>> rep.steps, [r["category"] for r in rep.rows]
     (1, ['weight', 'bias'])
     """
@@ -244,7 +245,7 @@ def report_from(
     return DiagnoseReport(
         rows=rows,
         suggestions=suggestions,
-        steps=len(losses),
+        steps=len(losses) if steps is None else steps,
         losses=list(losses),
         loss_scale=scale,
         min_sqnr=min_sqnr,
@@ -429,19 +430,20 @@ def _stagnation(rows: list[dict[str, Any]]) -> list[Suggestion]:
 
 
 def _silent(rows: list[dict[str, Any]]) -> list[Suggestion]:
-    out = []
+    """One note per layer whose errors or gradients were all zero: nothing reached it."""
+    silent: dict[str, list[str]] = {}
     for r in rows:
         if r["category"] in ("error", "gradient") and r.get("count") and not r["nonzero"]:
-            out.append(
-                Suggestion(
-                    "note",
-                    f"no gradient reaches {r['layer']}: all {r['count']:,} of its {r['category']} values "
-                    "were zero (look for underflow in the layers after it).",
-                    layer=r["layer"],
-                    category=r["category"],
-                )
-            )
-    return out
+            silent.setdefault(r["layer"], []).append(f"{r['count']:,} {r['category']} values")
+    return [
+        Suggestion(
+            "note",
+            f"no gradient reaches {layer}: all its {' and '.join(what)} were zero (look for underflow "
+            "in the layers after it).",
+            layer=layer,
+        )
+        for layer, what in silent.items()
+    ]
 
 
 def suggest(
