@@ -2,10 +2,10 @@
 
 One QAT step of the study models on digits, and of the MLP made 1024 wide (weights and
 activations E4M3FN, errors E5M2, weight gradients E5M2 through a QuantizedOptimizer, round
-to nearest), unobserved, observed,
-and observed with four candidate formats, at two batch sizes. Repetitions are interleaved
-and medians compared (the machine is shared and noisy); one thread and eager kernels, as
-``anynum diagnose`` runs. Prints ratios to the unobserved step, never lone absolute times.
+to nearest), unobserved, observed, and observed with four candidate formats, at two batch
+sizes. Repetitions are interleaved and medians compared (the machine is shared and noisy);
+one thread and eager kernels, as ``anynum diagnose`` runs. Prints ratios to the unobserved
+step, never lone absolute times.
 
 Run: python benchmarks/bench_observe.py [--reps N] [--steps K]
 """
