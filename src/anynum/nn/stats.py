@@ -45,6 +45,7 @@ import torch
 
 from anynum.errors import RepresentabilityError
 from anynum.formats.base import Format
+from anynum.nn.statsnative import fold as native_fold
 from anynum.quantize import quantize
 from anynum.rounding import Rounding
 
@@ -116,27 +117,64 @@ class Stats:
         inside = finite & (x.abs() <= self.fmax)
         return torch.where(inside, (x - lo) * (hi - x), 0.0).nan_to_num(0.0).sum()
 
+    def _accumulators(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The running sums, histogram and maximum (zeros on the device of the first call)."""
+        if self.sums is None or self.hist is None or self.max_abs is None:
+            self.sums = torch.zeros(13, dtype=torch.float64, device=device)
+            self.hist = torch.zeros(_BINS, dtype=torch.int64, device=device)
+            self.max_abs = torch.zeros((), dtype=torch.float64, device=device)
+        return self.sums, self.hist, self.max_abs
+
     def _fold(self, sums: list[torch.Tensor], signal: torch.Tensor, keep: torch.Tensor) -> None:
         """Add one call's float64 sums; `signal` feeds the maximum and (where `keep`) the histogram."""
-        vec = torch.stack(sums)
-        top = signal.abs().nan_to_num(nan=0.0, posinf=math.inf).amax()
+        acc, hist, top = self._accumulators(signal.device)
+        acc += torch.stack(sums).to(acc.device)
+        biggest = signal.abs().nan_to_num(nan=0.0, posinf=math.inf).amax()
+        torch.maximum(top, biggest.to(top.device), out=top)
         _, exp = torch.frexp(signal[keep])
-        hist = torch.bincount(exp.long() + (HIST_OFFSET - 1), minlength=_BINS)
-        if self.sums is None:
-            self.sums, self.max_abs, self.hist = vec, top, hist
-        else:
-            assert self.max_abs is not None and self.hist is not None
-            self.sums += vec.to(self.sums.device)
-            self.max_abs = torch.maximum(self.max_abs, top.to(self.max_abs.device))
-            self.hist += hist.to(self.hist.device)
+        hist += torch.bincount(exp.long() + (HIST_OFFSET - 1), minlength=_BINS).to(hist.device)
 
-    def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Fold in a tensor `x` and its rounded value `y` (same shape)."""
+    def add(self, x: torch.Tensor, y: torch.Tensor, *, reference: bool = False) -> None:
+        """Fold in a tensor `x` and its rounded value `y` (same shape).
+
+        Float32/float64 CPU tensors go through one C loop (`anynum.nn.statsnative`);
+        ``reference=True``, other devices and dtypes use the torch reference below.
+        """
         if x.numel() == 0:
             return
         x, y = x.detach(), y.detach()
-        native = x  # candidates round in the input's own dtype (the fast kernels), compared in float64
-        x, y = x.to(torch.float64), y.to(torch.float64)
+        acc, hist, top = self._accumulators(x.device)
+        done = not reference and native_fold(
+            x, y, self.fmax, self.smallest_normal, HIST_OFFSET, acc, hist, top
+        )
+        if not done:
+            self._reference(x.to(torch.float64), y.to(torch.float64))
+        if self.mode.is_stochastic:
+            x64 = x.to(torch.float64)
+            acc[_SRVAR] += self._sr_var(x64, x64.abs() < math.inf).to(acc.device)
+        for i, (_, fmt) in enumerate(self.candidates):
+            self._candidate(i, fmt, x, reference)
+
+    def _candidate(self, i: int, fmt: Format, x: torch.Tensor, reference: bool) -> None:
+        """Add the noise of round-to-nearest onto candidate `i` to ``cand_noise[i]``."""
+        if self.cand_noise is None:
+            self.cand_noise = torch.zeros(len(self.candidates), dtype=torch.float64, device=x.device)
+        try:  # round in the input's own dtype (the fast kernels)
+            q = quantize(x, fmt)
+        except RepresentabilityError:  # wider than the input's dtype: round a float64 copy
+            x = x.to(torch.float64)
+            q = quantize(x, fmt)
+        scratch = torch.zeros(13, dtype=torch.float64, device=self.cand_noise.device)
+        spare = (torch.zeros(_BINS, dtype=torch.int64, device=scratch.device), scratch.new_zeros(()))
+        if not reference and native_fold(x, q, self.fmax, None, HIST_OFFSET, scratch, *spare):
+            self.cand_noise[i] += scratch[_NOISE]
+            return
+        x64 = x.to(torch.float64)
+        e = _error(x64, q.to(torch.float64), x64.abs() < math.inf)
+        self.cand_noise[i] += (e * e).sum().to(self.cand_noise.device)
+
+    def _reference(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """The statistics of float64 `x` and `y` in plain torch (the definitions, any device)."""
         ax = x.abs()
         finite = ax < math.inf  # NaN compares False
         nz = ax > 0  # nonzero and not NaN
@@ -161,26 +199,13 @@ class Stats:
                 (err * err).sum(),
                 torch.where(rel, err.abs() / ax, 0.0).sum(),
                 _count(rel),
-                self._sr_var(x, finite),
+                zero,
                 zero,
                 zero,
             ],
             x,
             rel,
         )
-        if self.candidates:
-            noise = []
-            for _, fmt in self.candidates:
-                try:
-                    q = quantize(native, fmt)
-                except RepresentabilityError:  # wider than the input's dtype: round the float64 copy
-                    q = quantize(x, fmt)
-                e = _error(x, q.to(torch.float64), finite)
-                noise.append((e * e).sum())
-            vec = torch.stack(noise)
-            self.cand_noise = (
-                vec if self.cand_noise is None else self.cand_noise + vec.to(self.cand_noise.device)
-            )
 
     def add_update(self, before: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
         """Fold in one optimizer update: weights `before` the step, the computed `x`, the stored `y`."""
