@@ -44,7 +44,9 @@ def assert_same(fast: Stats, ref: Stats) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_special_and_random_values(fmt, dtype):
     g = torch.Generator().manual_seed(0)
-    rand = torch.randn(5000, generator=g, dtype=dtype) * torch.exp2(torch.randint(-40, 12, (5000,), generator=g))
+    rand = torch.randn(5000, generator=g, dtype=dtype) * torch.exp2(
+        torch.randint(-40, 12, (5000,), generator=g)
+    )
     x = torch.cat([torch.tensor(SPECIAL, dtype=dtype), rand])
     y = an.quantize(x, fmt)
     candidates = [("e2m1", an.E2M1), ("bf16", an.BF16), ("fp64", an.FP64)]
