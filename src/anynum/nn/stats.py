@@ -3,8 +3,10 @@
 One `Stats` belongs to one (layer, category) of a diagnosis. `add(x, y)` takes a tensor
 before rounding and the rounded tensor the model actually used; `add_update(before,
 x, y)` takes a weight before an optimizer step, the value the step computed and the
-value stored. Each call reads its tensors once and keeps only sums, a running maximum
-and a histogram of the exponents, so memory does not grow with the run.
+value stored. Only sums, a running maximum and a histogram of the exponents are kept,
+so memory does not grow with the run. For float32/float64 CPU tensors `add` reads each
+tensor once, in C (`anynum.nn.statsnative`); the torch code here is the reference and
+runs everywhere else.
 
 Definitions (``x`` before rounding, ``y`` after; fractions are of the *nonzero* inputs,
 since zero is exact in every format):
