@@ -37,7 +37,11 @@ __all__ = ["DiagnoseOutcome", "DiagnoseSpec", "run_diagnose", "write_diagnose"]
 
 @dataclass
 class DiagnoseSpec:
-    """Everything ``anynum diagnose`` was asked (see docs/diagnose.md)."""
+    """Everything ``anynum diagnose`` was asked (see docs/diagnose.md).
+
+    >>> DiagnoseSpec(weight="e4m3fn").policy(None, 0).weight
+    'e4m3fn'
+    """
 
     dataset: str | None = "digits"
     model: str | None = "mlp"
@@ -106,7 +110,7 @@ class DiagnoseSpec:
 
 @dataclass
 class DiagnoseOutcome:
-    """The report (first seed) and the test scores of every seed, quantized and fp32."""
+    """The report (first seed) and the test scores of every seed, quantized and fp32 (see `run_diagnose`)."""
 
     report: DiagnoseReport
     scores: list[float]
@@ -236,7 +240,14 @@ def run_diagnose(
 
 
 def write_diagnose(outcome: DiagnoseOutcome, out: str | Path, command: str = "") -> list[Path]:
-    """report.json, report.csv, table.md, heatmap.png and histograms.png under `out`; returns the paths."""
+    """report.json, report.csv, table.md, heatmap.png and histograms.png under `out`; returns the paths.
+
+    >>> import tempfile
+    >>> out = run_diagnose(DiagnoseSpec(dataset="sequence", mode="ptq", weight="e3m2", epochs=1))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     sorted(p.name for p in write_diagnose(out, d))[:3]
+    ['heatmap.png', 'histograms.png', 'report.csv']
+    """
     import json
 
     rep = outcome.report

@@ -18,7 +18,7 @@ __all__ = ["SearchSpec", "run_search", "write_search"]
 
 @dataclass
 class SearchSpec:
-    """Everything ``anynum search`` was asked."""
+    """Everything ``anynum search`` was asked (see `run_search`)."""
 
     formats: list[str]
     dataset: str | None = "digits"
@@ -81,7 +81,14 @@ def run_search(
 
 
 def write_search(result: an.nn.SearchResult, out: str | Path, command: str = "") -> list[Path]:
-    """search.json, table.md and search.png under `out`; returns the paths."""
+    """search.json, table.md and search.png under `out`; returns the paths.
+
+    >>> import tempfile
+    >>> res, _ = run_search(SearchSpec(["e4m3fn"], dataset="sequence", epochs=1, tolerance=5))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     sorted(p.name for p in write_search(res, d))
+    ['search.json', 'search.png', 'table.md']
+    """
     import json
 
     files: dict[str, Callable[[Path], object]] = {

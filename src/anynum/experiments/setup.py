@@ -28,7 +28,7 @@ __all__ = ["ProgressBar", "Setup", "have_matplotlib", "make_setup", "trained_mod
 
 @dataclass
 class Setup:
-    """The data and a model factory (``make_model(seed)``) of a run."""
+    """The data and a model factory (``make_model(seed)``) of a run; see `make_setup`."""
 
     data: Dataset
     make_model: Callable[[int], nn.Module]
@@ -45,7 +45,14 @@ def make_setup(
     model_file: str | None = None,
     trust_pickle: bool = False,
 ) -> Setup:
-    """Data from a bundled name or a file; the model from a bundled name (fresh, seeded) or a file."""
+    """Data from a bundled name or a file; the model from a bundled name (fresh, seeded) or a file.
+
+    Raises `InputError` for unknown names, unreadable files, or a model that cannot read the data.
+
+    >>> s = make_setup("sequence", "mlp")
+    >>> s.label, s.pretrained, type(s.make_model(0)).__name__
+    ('sequence/mlp', False, 'MLP')
+    """
     if data_file is not None:
         data = load_data_file(data_file)
         bundled = None
@@ -96,7 +103,10 @@ def _copy(model: nn.Module) -> nn.Module:
 
 
 class ProgressBar:
-    """A tqdm bar on stderr when `enabled` and tqdm is installed; otherwise nothing."""
+    """A tqdm bar on stderr when `enabled` and tqdm is installed; otherwise nothing.
+
+    >>> bar = ProgressBar(3, "step", enabled=False); bar.tick(); bar.close()
+    """
 
     def __init__(self, total: int | None, unit: str, enabled: bool) -> None:
         self.bar = None
@@ -126,7 +136,12 @@ def trained_model(
     cache_dir: str | None,
     tick: Callable[..., None],
 ) -> nn.Module:
-    """A trained fp32 model: the file's, the cached study baseline, or trained here."""
+    """A trained fp32 model: the file's, the cached study baseline, or trained here.
+
+    >>> m = trained_model(1, None, 64, "mlp", make_setup("sequence", "mlp"), 0, None, lambda *_: None)
+    >>> type(m).__name__
+    'MLP'
+    """
     if setup.pretrained:
         return setup.make_model(seed)
     if setup.bundled is not None and model is not None:
@@ -149,6 +164,13 @@ def trained_model(
 
 
 def write_files(out: Path, files: dict[str, Callable[[Path], object]]) -> list[Path]:
+    """Create `out` and call each writer with its path; returns the paths.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     [p.name for p in write_files(Path(d), {"a.txt": lambda p: p.write_text("a")})]
+    ['a.txt']
+    """
     out.mkdir(parents=True, exist_ok=True)
     done = []
     for name, write in files.items():
@@ -158,6 +180,11 @@ def write_files(out: Path, files: dict[str, Callable[[Path], object]]) -> list[P
 
 
 def have_matplotlib() -> bool:
+    """Whether matplotlib imports (else one line on stderr says how to get the PNGs).
+
+    >>> have_matplotlib() in (True, False)
+    True
+    """
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -254,6 +254,9 @@ def quantizable_layers(model: nn.Module) -> tuple[Any, ...] | None:
     """Layer names to quantize in a model whose layers are not torch's own classes (an unflattened
     export program): every module that holds parameters itself. None for ordinary models (the
     Policy's default layer types apply).
+
+    >>> quantizable_layers(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None
+    True
     """
     mods = list(model.named_modules())
     if any(isinstance(m, DEFAULT_LAYERS) for _, m in mods):

@@ -261,6 +261,10 @@ def flush_threshold(row: dict[str, Any]) -> float | None:
 
     Round to nearest flushes below half the smallest subnormal; the other modes are taken
     to flush below the smallest subnormal (conservative). Posits saturate to minpos.
+
+    >>> flush_threshold({"format": "e5m2", "rounding": "nearest", "smallest_normal": 2.0**-14,
+    ...                  "smallest_subnormal": 2.0**-16}) == 2.0**-17
+    True
     """
     fmt = lookup_format(row["format"])
     if row["smallest_normal"] is None or getattr(fmt, "underflow", "zero") == "minpos":

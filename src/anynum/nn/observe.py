@@ -39,7 +39,11 @@ CATEGORIES = ("weight", "bias", "activation", "error", "gradient", "buffer", "st
 
 
 def category_rank(category: str) -> int:
-    """Position of a category in `CATEGORIES` (``"state:exp_avg"`` ranks as ``"state"``)."""
+    """Position of a category in `CATEGORIES` (``"state:exp_avg"`` ranks as ``"state"``).
+
+    >>> category_rank("weight"), category_rank("state:exp_avg")
+    (0, 6)
+    """
     return CATEGORIES.index(category.split(":", 1)[0])
 
 
@@ -86,6 +90,11 @@ def param_owners(model: nn.Module, layers: Sequence[str]) -> dict[int, tuple[str
 
     A parameter belongs to the innermost of `layers` that contains it (so the projections
     inside a converted attention layer belong to it), else to the module that holds it.
+
+    >>> import torch
+    >>> m = torch.nn.Sequential(torch.nn.Linear(2, 2, bias=False))
+    >>> [(layer, cat) for layer, cat, _ in param_owners(m, ["0"]).values()]
+    [('0', 'weight')]
     """
     known = set(layers)
     out: dict[int, tuple[str, str, torch.Tensor]] = {}
@@ -162,8 +171,9 @@ class _OptimizerWatch:
 class Observation:
     """Probes installed in a converted model (and its optimizer); `stats` fills as it runs.
 
-    Use `observe` to make one. ``stats`` maps (layer, category) to `Stats`, in the order
-    rows were first seen; `rows` gives them as plain dicts in model order.
+    Use `observe` to make one (its example shows the use). ``stats`` maps (layer, category)
+    to `Stats`, in the order rows were first seen; `rows` gives them as plain dicts in model
+    order.
     """
 
     def __init__(

@@ -98,7 +98,11 @@ def _json_value(v: Any) -> Any:
 @dataclass
 class Suggestion:
     """One suggestion: `kind` is "loss_scale", "keep", "stagnation", "format" or "note"; `value` is
-    the number or format it proposes (the loss scale, a format name, a fraction)."""
+    the number or format it proposes (the loss scale, a format name, a fraction).
+
+    >>> str(Suggestion("loss_scale", "loss scale 2^8 (256)", value=256.0))
+    'loss scale 2^8 (256)'
+    """
 
     kind: str
     message: str

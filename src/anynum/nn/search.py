@@ -64,6 +64,12 @@ class SearchResult:
     element), ``dtype_bits``, ``bits_saved``, ``sqnr_db`` (of the chosen format, or of the
     narrowest when none was chosen; None with measured sensitivity), ``score`` (after the
     layer was placed). ``log`` lists every evaluation.
+
+    >>> import torch, anynum as an
+    >>> m = torch.nn.Sequential(torch.nn.Linear(2, 2)); x = torch.ones(4, 2)
+    >>> res = an.nn.search(m, [(x, None)], lambda q: 100.0, formats=["e2m1"], tolerance=0)
+    >>> res.formats(), res.evaluations, res.verified
+    ({'0': 'e2m1'}, 3, True)
     """
 
     policy: Policy
