@@ -100,7 +100,7 @@ def test_search_end_to_end_within_budget(tmp_path, capsys):
     assert res["evaluations"] <= 5 and res["verified"]
     assert set(res["formats"]) == {"fc1", "fc2", "fc3"}
     assert (out / "search.png").read_bytes().startswith(PNG_MAGIC)
-    assert "| layer | params | format |" in (out / "table.md").read_text()
+    assert "| layer | params | order | format |" in (out / "table.md").read_text()
 
 
 # --- user files -------------------------------------------------------------------------------
