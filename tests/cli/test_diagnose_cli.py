@@ -303,8 +303,9 @@ def test_data_files_npz_and_pt(tmp_path, capsys):
         (["--format", "e4m3fn", "--candidates", "e9x"], "e9x"),
     ],
 )
-def test_diagnose_bad_input_is_one_line(capsys, extra, needle):
-    one_line_error(capsys, ["diagnose", *TINY, *extra], needle)
+def test_diagnose_bad_input_is_one_line(tmp_path, capsys, extra, needle):
+    one_line_error(capsys, ["diagnose", *TINY, *extra, "--out", str(tmp_path)], needle)
+    assert not any(tmp_path.iterdir())  # refused before anything ran
 
 
 def test_bad_data_file_and_search_input(tmp_path, capsys):
@@ -316,5 +317,7 @@ def test_bad_data_file_and_search_input(tmp_path, capsys):
     one_line_error(
         capsys, ["diagnose", "--data-file", str(tmp_path / "data.csv"), "--format", "e4m3fn"], ".pt or .npz"
     )
-    one_line_error(capsys, ["search", *TINY, "--formats", "e4m3fn", "--budget", "1"], "budget")
-    one_line_error(capsys, ["search", *TINY, "--formats", "e4m3fn", "--tolerance", "-1"], "tolerance")
+    out = tmp_path / "s"
+    for extra, needle in ((["--budget", "1"], "budget"), (["--tolerance", "-1"], "tolerance")):
+        one_line_error(capsys, ["search", *TINY, "--formats", "e4m3fn", *extra, "--out", str(out)], needle)
+    assert not out.exists()  # refused before any training

@@ -12,6 +12,7 @@ from torch import nn
 import anynum as an
 from anynum.experiments.setup import ProgressBar, have_matplotlib, make_setup, trained_model, write_files
 from anynum.experiments.trials import batches, evaluate, trial_environment
+from anynum.nn.search import check_arguments
 
 __all__ = ["SearchSpec", "run_search", "write_search"]
 
@@ -47,8 +48,7 @@ def run_search(
     >>> label, res.verified
     ('sequence/mlp', True)
     """
-    for name in spec.formats:
-        an.format(name)
+    check_arguments(spec.formats, spec.tolerance, spec.budget, spec.categories, spec.sensitivity)
     setup = make_setup(spec.dataset, spec.model, spec.data_file, spec.model_file, spec.trust_pickle)
     bar = ProgressBar(spec.budget, "eval", progress)
 

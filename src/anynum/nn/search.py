@@ -37,7 +37,7 @@ from anynum.nn.convert import convert, converted_layers, restore, select_layers
 from anynum.nn.diagnose import diagnose
 from anynum.nn.policy import Policy
 
-__all__ = ["SearchResult", "format_cost", "search"]
+__all__ = ["SearchResult", "check_arguments", "format_cost", "search"]
 
 _CATEGORIES = ("weight", "bias", "activation", "error")
 _DTYPE_FORMATS = {torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -198,13 +198,19 @@ def _layer_policy(categories: Sequence[str], fmt: Format | str, rounding: str) -
     return Policy(**cats, rounding=rounding)
 
 
-def _check(
+def check_arguments(
     formats: Sequence[Format | str],
     tolerance: float,
     budget: int | None,
     categories: Sequence[str],
     sensitivity: str,
 ) -> list[tuple[str, Format]]:
+    """Check `search`'s arguments (AnynumError on bad ones); the candidates as (name, format), narrowest
+    first.
+
+    >>> [n for n, _ in check_arguments(["bf16", "e4m3fn"], 0.5, None, ("weight",), "sqnr")]
+    ['e4m3fn', 'bf16']
+    """
     if isinstance(formats, (str, Format)) or not formats:
         raise AnynumError(
             f"search(formats=...) takes a non-empty list of candidate formats, got {formats!r}."
@@ -274,7 +280,7 @@ def search(
     >>> res.formats(), res.verified
     ({'0': 'bf16', '2': 'e4m3fn'}, True)
     """
-    ordered = _check(formats, tolerance, budget, categories, sensitivity)
+    ordered = check_arguments(formats, tolerance, budget, categories, sensitivity)
     if not isinstance(model, nn.Module) or converted_layers(model):
         raise AnynumError(
             "search(model=...) takes a torch.nn.Module that is not converted (restore it first)."
