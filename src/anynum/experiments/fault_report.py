@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["summarize", "table_markdown", "write_fault_plot"]
+from anynum.errors import AnynumError
+
+__all__ = ["summarize", "table_markdown", "write_fault_plot", "write_fault_report"]
 
 
 Stats = dict[tuple[str, str], dict[float, tuple[float, float, float, int]]]
@@ -125,3 +129,33 @@ def write_fault_plot(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write_fault_report(rows: Sequence[dict[str, Any]], out_dir: str | os.PathLike[str],
+                       title: str) -> tuple[str, list[Path]]:
+    """Write ``table.md`` (and ``faults.png`` when matplotlib is there) beside the results; returns
+    the table text and the paths of results.jsonl and what was written.
+
+    >>> import tempfile
+    >>> rows = [{"format": "int8", "field": "any", "ber": 0.01, "score": 90.0}]
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     text, written = write_fault_report(rows, d, "demo")
+    >>> [p.name for p in written][:2], text.splitlines()[0]
+    (['results.jsonl', 'table.md'], '| format | field | no faults | 0.01 |')
+    """
+    out = Path(out_dir)
+    text = table_markdown(rows)
+    written = [out / "results.jsonl"]
+    try:
+        (out / "table.md").write_text(f"{title}\n\n{text}\n", encoding="utf-8")
+        written.append(out / "table.md")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("matplotlib is not installed: no figure (pip install 'anynum[cli]')", file=sys.stderr)
+        else:
+            write_fault_plot(rows, out / "faults.png")
+            written.append(out / "faults.png")
+    except OSError as exc:
+        raise AnynumError(f"cannot write the report into {out}: {exc.strerror or exc}") from None
+    return text, written

@@ -25,7 +25,7 @@ from torch import nn
 import anynum as an
 from anynum.errors import InputError
 from anynum.experiments.datasets import load_dataset
-from anynum.experiments.runner import pairs_for
+from anynum.experiments.runner import StudyResult, pairs_for, run_study
 from anynum.experiments.trials import (
     TrialConfig,
     digest,
@@ -50,6 +50,7 @@ __all__ = [
     "fault_grid",
     "fault_trial_task",
     "fields_of",
+    "run_fault_study",
     "run_fault_trial",
 ]
 
@@ -266,3 +267,22 @@ def fault_baseline_task(config: dict[str, Any], cache_dir: str) -> float:
     True
     """
     return train_baseline(FaultTrial.from_dict(config).baseline(), cache_dir)[1]
+
+
+def run_fault_study(spec: FaultSpec, out_dir: str | os.PathLike[str], *, jobs: int = 1,
+                    progress: str = "auto") -> StudyResult:
+    """Run every unfinished trial of `spec` into ``out_dir/results.jsonl`` (resumable), on the study runner.
+
+    >>> import tempfile
+    >>> spec = FaultSpec("sequence", "mlp", ["e4m3fn"], ["sign"], [0.01], repeats=1, epochs=1)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     first = run_fault_study(spec, d, progress="none")
+    ...     again = run_fault_study(spec, d, progress="none")
+    >>> first.new, again.new, again.skipped
+    (1, 0, 1)
+    """
+    grid = fault_grid(spec)
+    if not grid:
+        raise InputError("the fault grid is empty: no format has any of the fields given.")
+    return run_study(grid, out_dir, jobs=jobs, progress=progress, trial_task=fault_trial_task,
+                     baseline_task=fault_baseline_task)

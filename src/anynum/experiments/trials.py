@@ -48,10 +48,14 @@ __all__ = [
     "DEFAULT_LR",
     "TRIAL_VERSION",
     "TrialConfig",
+    "batches",
     "digest",
     "evaluate",
+    "fit",
     "format_spec",
+    "loss_function",
     "run_trial",
+    "sgd",
     "train_baseline",
     "trial_environment",
 ]
@@ -214,14 +218,76 @@ def evaluate(model: nn.Module, data: Dataset) -> float:
     return 100.0 * score if math.isfinite(score) else math.nan
 
 
+def batches(
+    x: torch.Tensor, y: torch.Tensor, batch: int, seed: int, epochs: int = 1
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Shuffled mini-batches of (x, y): `epochs` passes, each in a new order drawn from a
+    generator seeded with `seed` (the last batch of a pass may be smaller).
+
+    >>> [b[1].tolist() for b in batches(torch.zeros(5, 1), torch.arange(5), 2, seed=0)]
+    [[4, 0], [1, 3], [2]]
+    """
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        perm = torch.randperm(len(y), generator=g)
+        for i in range(0, len(y), batch):
+            idx = perm[i : i + batch]
+            yield x[idx], y[idx]
+
+
+def loss_function(data: Dataset) -> Any:
+    """Cross-entropy for classification, mean squared error for regression."""
+    return nn.functional.cross_entropy if data.task == "classification" else _mse
+
+
+def sgd(model: nn.Module, lr: float) -> torch.optim.SGD:
+    """The studies' optimizer: SGD with momentum 0.9 over `model`'s parameters."""
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+
+
+def fit(
+    model: nn.Module,
+    data: Dataset,
+    opt: Any,
+    *,
+    epochs: int,
+    batch: int,
+    seed: int,
+    on_step: Any = None,
+) -> list[float]:
+    """Train `model` on ``data``'s training split with `opt`; returns the loss of every step.
+
+    `opt` is a torch optimizer or an `anynum.optim.QuantizedOptimizer` (then the loss goes
+    through its ``scale_loss``). Batches come from `batches` with seed ``seed + 1``.
+    ``on_step(loss)`` is called after every step (progress bars).
+
+    >>> d = load_dataset("sequence")
+    >>> _ = torch.manual_seed(0); m = build_model("mlp", d)
+    >>> losses = fit(m, d, sgd(m, 0.05), epochs=1, batch=64, seed=0)
+    >>> len(losses), losses[-1] < losses[0]
+    (15, True)
+    """
+    loss_fn = loss_function(data)
+    scaled = hasattr(opt, "scale_loss")
+    losses = []
+    for x, y in batches(data.x_train, data.y_train, batch, seed + 1, epochs):
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        (opt.scale_loss(loss) if scaled else loss).backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(losses[-1])
+    return losses
+
+
 def _fit(model: nn.Module, data: Dataset, cfg: TrialConfig, fmt: Format | None) -> None:
     from anynum.optim import QuantizedOptimizer
 
-    inner = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=0.9)
-    opt = None
+    opt: Any = sgd(model, cfg.learning_rate)
     if fmt is not None:
         opt = QuantizedOptimizer(
-            inner,
+            opt,
             weight=fmt,
             grad=fmt,
             momentum=fmt,
@@ -230,22 +296,7 @@ def _fit(model: nn.Module, data: Dataset, cfg: TrialConfig, fmt: Format | None) 
             grad_scale="dynamic",
             seed=cfg.seed,
         )
-    loss_fn: Any = nn.functional.cross_entropy if data.task == "classification" else _mse
-    g = torch.Generator().manual_seed(cfg.seed + 1)
-    x, y = data.x_train, data.y_train
-    for _ in range(cfg.epochs):
-        perm = torch.randperm(len(y), generator=g)
-        for i in range(0, len(y), cfg.batch):
-            idx = perm[i : i + cfg.batch]
-            loss = loss_fn(model(x[idx]), y[idx])
-            if opt is None:
-                inner.zero_grad()
-                loss.backward()
-                inner.step()
-            else:
-                opt.zero_grad()
-                opt.scale_loss(loss).backward()
-                opt.step()
+    fit(model, data, opt, epochs=cfg.epochs, batch=cfg.batch, seed=cfg.seed)
 
 
 def _mse(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
