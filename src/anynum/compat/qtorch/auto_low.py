@@ -22,23 +22,98 @@ from anynum.errors import InputError
 
 __all__ = ["LAYERS_TYPES", "lower", "sequential_lower"]
 
-_CONV = [nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
-         nn.Unfold, nn.Fold]
-_POOL = [nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.MaxUnpool1d, nn.MaxUnpool2d, nn.MaxUnpool3d,
-         nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.FractionalMaxPool2d, nn.LPPool1d, nn.LPPool2d,
-         nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.AdaptiveAvgPool1d,
-         nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d]
-_PAD = [nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReplicationPad1d, nn.ReplicationPad2d, nn.ZeroPad2d,
-        nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d]
-_ACTIVATION = [nn.ELU, nn.Hardshrink, nn.Hardtanh, nn.LeakyReLU, nn.LogSigmoid, nn.PReLU, nn.ReLU,
-               nn.ReLU6, nn.RReLU, nn.SELU, nn.Sigmoid, nn.Softplus, nn.Softshrink, nn.Softsign, nn.Tanh,
-               nn.Tanhshrink, nn.Threshold, nn.Softmin, nn.Softmax, nn.Softmax2d, nn.LogSoftmax]
-_NORM = [nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.InstanceNorm1d,
-         nn.InstanceNorm2d, nn.InstanceNorm3d, nn.LayerNorm, nn.LocalResponseNorm]
-_LOSS = [nn.L1Loss, nn.MSELoss, nn.CrossEntropyLoss, nn.NLLLoss, nn.PoissonNLLLoss, nn.KLDivLoss,
-         nn.BCELoss, nn.BCEWithLogitsLoss, nn.MarginRankingLoss, nn.HingeEmbeddingLoss,
-         nn.MultiLabelMarginLoss, nn.SmoothL1Loss, nn.SoftMarginLoss, nn.MultiLabelSoftMarginLoss,
-         nn.MultiMarginLoss, nn.TripletMarginLoss]
+_CONV = [
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+    nn.Unfold,
+    nn.Fold,
+]
+_POOL = [
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.MaxPool3d,
+    nn.MaxUnpool1d,
+    nn.MaxUnpool2d,
+    nn.MaxUnpool3d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.FractionalMaxPool2d,
+    nn.LPPool1d,
+    nn.LPPool2d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+]
+_PAD = [
+    nn.ReflectionPad1d,
+    nn.ReflectionPad2d,
+    nn.ReplicationPad1d,
+    nn.ReplicationPad2d,
+    nn.ZeroPad2d,
+    nn.ConstantPad1d,
+    nn.ConstantPad2d,
+    nn.ConstantPad3d,
+]
+_ACTIVATION = [
+    nn.ELU,
+    nn.Hardshrink,
+    nn.Hardtanh,
+    nn.LeakyReLU,
+    nn.LogSigmoid,
+    nn.PReLU,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.RReLU,
+    nn.SELU,
+    nn.Sigmoid,
+    nn.Softplus,
+    nn.Softshrink,
+    nn.Softsign,
+    nn.Tanh,
+    nn.Tanhshrink,
+    nn.Threshold,
+    nn.Softmin,
+    nn.Softmax,
+    nn.Softmax2d,
+    nn.LogSoftmax,
+]
+_NORM = [
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.GroupNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
+    nn.LayerNorm,
+    nn.LocalResponseNorm,
+]
+_LOSS = [
+    nn.L1Loss,
+    nn.MSELoss,
+    nn.CrossEntropyLoss,
+    nn.NLLLoss,
+    nn.PoissonNLLLoss,
+    nn.KLDivLoss,
+    nn.BCELoss,
+    nn.BCEWithLogitsLoss,
+    nn.MarginRankingLoss,
+    nn.HingeEmbeddingLoss,
+    nn.MultiLabelMarginLoss,
+    nn.SmoothL1Loss,
+    nn.SoftMarginLoss,
+    nn.MultiLabelSoftMarginLoss,
+    nn.MultiMarginLoss,
+    nn.TripletMarginLoss,
+]
 
 #: The layer families QPyTorch's ``layer_types`` names select.
 LAYERS_TYPES: dict[str, list[type[nn.Module]]] = {

@@ -31,8 +31,9 @@ class _Round:
 
     def __init__(self, quant: Quant, role: str) -> None:
         if quant is not None and not isinstance(quant, Number) and not callable(quant):
-            raise InputError(f"{role} must be a qtorch number (e.g. Posit(6, 1)), a function, or None; "
-                             f"got {quant!r}.")
+            raise InputError(
+                f"{role} must be a qtorch number (e.g. Posit(6, 1)), a function, or None; got {quant!r}."
+            )
         self.quant = quant
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:

@@ -55,12 +55,22 @@ class OptimLP(torch.optim.Optimizer):
     ) -> None:
         if not isinstance(optim, torch.optim.Optimizer):
             raise InputError(f"OptimLP wraps a torch.optim.Optimizer, got {type(optim).__name__}.")
-        if isinstance(grad_scaling, bool) or not isinstance(grad_scaling, (int, float)) or not grad_scaling > 0:
+        if (
+            isinstance(grad_scaling, bool)
+            or not isinstance(grad_scaling, (int, float))
+            or not grad_scaling > 0
+        ):
             raise InputError(f"grad_scaling must be a positive number, got {grad_scaling!r}.")
-        for name, fn in (("weight_quant", weight_quant), ("grad_quant", grad_quant),
-                         ("momentum_quant", momentum_quant), ("acc_quant", acc_quant)):
+        for name, fn in (
+            ("weight_quant", weight_quant),
+            ("grad_quant", grad_quant),
+            ("momentum_quant", momentum_quant),
+            ("acc_quant", acc_quant),
+        ):
             if fn is not None and not callable(fn):
-                raise InputError(f"{name} must be a function tensor -> tensor (e.g. quantizer(...)), got {fn!r}.")
+                raise InputError(
+                    f"{name} must be a function tensor -> tensor (e.g. quantizer(...)), got {fn!r}."
+                )
         super().__init__(optim.param_groups, optim.defaults)
         self.param_groups = optim.param_groups  # shared: LR schedulers on either object act on both
         self.state = optim.state

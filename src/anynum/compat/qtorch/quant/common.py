@@ -43,8 +43,6 @@ def as_tensor(x: Any, name: str) -> torch.Tensor:
     return x
 
 
-
-
 def scaled(x: torch.Tensor, scale: float, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """``fn(x * scale) / scale`` in float64, rounded once to x's dtype (Qtorch+'s ``scale=``).
 

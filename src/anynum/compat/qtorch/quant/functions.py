@@ -12,8 +12,6 @@ through.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 import anynum as an
@@ -23,6 +21,7 @@ from anynum.compat.straight import straight_through
 from anynum.errors import InputError
 
 __all__ = ["block_quantize", "fixed_point_quantize", "float_quantize"]
+
 
 def float_quantize(x: torch.Tensor, exp: int, man: int, rounding: str = "stochastic") -> torch.Tensor:
     """Round `x` to the float with `exp` exponent and `man` fraction bits (IEEE-like).

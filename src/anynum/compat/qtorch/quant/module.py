@@ -46,7 +46,9 @@ def quantize_number(x: torch.Tensor, number: Number, rounding: str = "stochastic
 
 def _check_number(number: Any, role: str) -> None:
     if number is not None and not isinstance(number, Number):
-        raise InputError(f"{role} must be a qtorch number (FloatingPoint, FixedPoint, ...) or None, got {number!r}.")
+        raise InputError(
+            f"{role} must be a qtorch number (FloatingPoint, FixedPoint, ...) or None, got {number!r}."
+        )
 
 
 class _Rounding(torch.autograd.Function):
@@ -105,13 +107,18 @@ class _Quantize:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.backward_number is None and not self.backward_hooks and not self.clamping_grad_zero:
             # No backward rounding: the quantizers' own straight-through gradient is the answer.
-            return x if self.forward_number is None else quantize_number(x, self.forward_number,
-                                                                         self.forward_rounding)
+            return (
+                x
+                if self.forward_number is None
+                else quantize_number(x, self.forward_number, self.forward_rounding)
+            )
         return _Rounding.apply(x, self)
 
     def __repr__(self) -> str:
-        return (f"quantizer(forward={self.forward_number}, backward={self.backward_number}, "
-                f"forward_rounding={self.forward_rounding!r}, backward_rounding={self.backward_rounding!r})")
+        return (
+            f"quantizer(forward={self.forward_number}, backward={self.backward_number}, "
+            f"forward_rounding={self.forward_rounding!r}, backward_rounding={self.backward_rounding!r})"
+        )
 
 
 def quantize_rounding_check(rounding: Any) -> None:
@@ -147,8 +154,14 @@ def quantizer(
     >>> y.backward(torch.tensor([0.1, 1000.0])); x.grad.tolist()
     [0.09375, 1024.0]
     """
-    return _Quantize(forward_number, backward_number, forward_rounding, backward_rounding,
-                     clamping_grad_zero, backward_hooks)
+    return _Quantize(
+        forward_number,
+        backward_number,
+        forward_rounding,
+        backward_rounding,
+        clamping_grad_zero,
+        backward_hooks,
+    )
 
 
 class Quantizer(nn.Module):
@@ -179,5 +192,7 @@ class Quantizer(nn.Module):
     def extra_repr(self) -> str:
         q = self.quantize
         assert isinstance(q, _Quantize)
-        return (f"forward_number={q.forward_number}, backward_number={q.backward_number}, "
-                f"forward_rounding={q.forward_rounding!r}, backward_rounding={q.backward_rounding!r}")
+        return (
+            f"forward_number={q.forward_number}, backward_number={q.backward_number}, "
+            f"forward_rounding={q.forward_rounding!r}, backward_rounding={q.backward_rounding!r}"
+        )

@@ -10,6 +10,7 @@ rounding mode.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import Any
 
@@ -34,12 +35,60 @@ __all__ = [
 ]
 
 #: The magnitudes of Qtorch+'s fixed "new format" (weights) and "act format" (activations).
-NEW_FORMAT = tuple([2.0**-k for k in range(16, 6, -1)] + [3 / 256, 1 / 64, 5 / 256, 3 / 128, 7 / 256,
-                   1 / 32, 9 / 256, 5 / 128, 3 / 64, 7 / 128, 1 / 16, 9 / 128, 5 / 64, 3 / 32, 7 / 64,
-                   1 / 8, 9 / 64, 3 / 16, 1 / 4, 3 / 8, 1 / 2, 1.0])
-ACT_FORMAT = tuple([2.0**-k for k in range(12, 2, -1)] + [3 / 16, 1 / 4, 5 / 16, 3 / 8, 7 / 16, 1 / 2,
-                   9 / 16, 5 / 8, 3 / 4, 7 / 8, 1.0, 9 / 8, 5 / 4, 3 / 2, 7 / 4, 2.0, 9 / 4, 3.0, 4.0,
-                   6.0, 8.0, 16.0])
+NEW_FORMAT = tuple(
+    [2.0**-k for k in range(16, 6, -1)]
+    + [
+        3 / 256,
+        1 / 64,
+        5 / 256,
+        3 / 128,
+        7 / 256,
+        1 / 32,
+        9 / 256,
+        5 / 128,
+        3 / 64,
+        7 / 128,
+        1 / 16,
+        9 / 128,
+        5 / 64,
+        3 / 32,
+        7 / 64,
+        1 / 8,
+        9 / 64,
+        3 / 16,
+        1 / 4,
+        3 / 8,
+        1 / 2,
+        1.0,
+    ]
+)
+ACT_FORMAT = tuple(
+    [2.0**-k for k in range(12, 2, -1)]
+    + [
+        3 / 16,
+        1 / 4,
+        5 / 16,
+        3 / 8,
+        7 / 16,
+        1 / 2,
+        9 / 16,
+        5 / 8,
+        3 / 4,
+        7 / 8,
+        1.0,
+        9 / 8,
+        5 / 4,
+        3 / 2,
+        7 / 4,
+        2.0,
+        9 / 4,
+        3.0,
+        4.0,
+        6.0,
+        8.0,
+        16.0,
+    ]
+)
 
 
 def posit_quantize(
@@ -231,12 +280,14 @@ def configurable_table_quantize_rounding_hint(
     return _table_round(x, (0.0, *mags), scale, "nearest", hints)
 
 
-def configurable_table_quantize_geomean(x: torch.Tensor, table_lookup: Any, scale: float = 1.0) -> torch.Tensor:
+def configurable_table_quantize_geomean(
+    x: torch.Tensor, table_lookup: Any, scale: float = 1.0
+) -> torch.Tensor:
     """Table rounding with geometric-mean boundaries (and 1e-4 below the first entry), as Qtorch+.
 
     >>> configurable_table_quantize_geomean(torch.tensor([0.7, 0.72]), torch.tensor([0.5, 1.0])).tolist()
     [0.5, 1.0]
     """
     mags = sorted(_table_values(table_lookup, "configurable_table_quantize_geomean"))
-    hints = [1e-4] + [math.sqrt(a * b) for a, b in zip(mags[:-1], mags[1:])]
+    hints = [1e-4] + [math.sqrt(a * b) for a, b in itertools.pairwise(mags)]
     return configurable_table_quantize_rounding_hint(x, mags, hints, scale)
