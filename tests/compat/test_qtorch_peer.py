@@ -11,8 +11,8 @@ docstring says even), uses the top exponent field for numbers (no inf/NaN),
 rounds subnormals twice, loses the sign of zero in block_quantize and of tiny
 fixed-point results, keeps only float32 precision when fl is large
 (clamp=False, |x| >= 2**(23 - fl)), and its block ties (and near-ties its
-float32 offset makes ties) go up; Qtorch+ applies non-power-of-two scales in float32 and its 8-bit posit sigmoid keeps two bits
-below the 8-bit word.
+float32 offset makes ties) go up; Qtorch+ applies non-power-of-two scales in
+float32 and its 8-bit posit sigmoid keeps two bits below the 8-bit word.
 """
 
 from __future__ import annotations
