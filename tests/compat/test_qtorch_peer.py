@@ -32,7 +32,21 @@ def Q():
 
 @pytest.fixture(scope="module")
 def P():
-    return pytest.importorskip("qtorch_plus.quant")
+    # Both peers build an extension called "quant_cpu": give Qtorch+ its own build directory, so
+    # that loading one after the other reuses each cached build instead of rebuilding both.
+    import os
+
+    from torch.utils.cpp_extension import get_default_build_root
+
+    before = os.environ.get("TORCH_EXTENSIONS_DIR")
+    os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(before or get_default_build_root(), "qtorch_plus")
+    try:
+        return pytest.importorskip("qtorch_plus.quant")
+    finally:
+        if before is None:
+            del os.environ["TORCH_EXTENSIONS_DIR"]
+        else:
+            os.environ["TORCH_EXTENSIONS_DIR"] = before
 
 
 def _data(n: int = 200_000, seed: int = 0) -> torch.Tensor:

@@ -184,7 +184,8 @@ class FaultChop(Chop):
     randfunc=None, customs=None, random_state=0, verbose=0)``. With
     ``flip=True`` each element of the rounded result, with probability `p`, has
     one uniformly chosen bit of its stored significand flipped (finite values
-    only), on the format's real encoding (`anynum.encode` / `anynum.decode`).
+    only), on the format's real encoding (`anynum.flip_bits` with ``count=1,
+    field="significand"``).
     ``randfunc`` is not supported (stochastic rounding draws from
     ``random_state``); for flips on any field of any format see ``anynum.flip_bits``.
 
@@ -237,24 +238,19 @@ class FaultChop(Chop):
         return self._flip(x, y, fmt)
 
     def _flip(self, x: Any, y: Any, fmt: an.FloatFormat) -> Any:
+        """Each finite element, with probability p, takes `anynum.flip_bits`' one-bit significand flip."""
         k = kind(y)
-        shape = tuple(y.shape)
-        hit = self._rng.random(shape) < self.p
-        bit = self._rng.integers(0, fmt.man_bits, shape)
+        seed = int(self._rng.integers(0, 2**62))
+        hit = self._rng.random(tuple(np.shape(y))) < self.p
         if k == "torch":
             yd = y.detach()
-            mask = torch.from_numpy(hit.astype(np.int64) << bit).to(yd.device) * torch.isfinite(yd)
-            codes = an.encode(yd, fmt) ^ mask
-            out = an.decode(codes, fmt).to(yd.dtype)
-            return straight_through(x, out)
-        values = np.asarray(y)
-        mask = (hit & np.isfinite(values)).astype(np.int64) << bit
-        out = np.asarray(an.decode(an.encode(values, fmt) ^ mask, fmt)).astype(values.dtype)
-        if k == "jax":
-            import jax.numpy as jnp
-
-            return jnp.asarray(out)
-        return out if isinstance(y, np.ndarray) else out[()]
+            flipped, _ = an.flip_bits(yd, fmt, count=1, field="significand", seed=seed)
+            chosen = torch.from_numpy(hit).to(yd.device) & torch.isfinite(yd)
+            return straight_through(x, torch.where(chosen, flipped, yd))
+        flipped, _ = an.flip_bits(y, fmt, count=1, field="significand", seed=seed)
+        xp = namespace(y)
+        out = xp.where(hit & xp.isfinite(y), xp.reshape(flipped, np.shape(y)), y)
+        return out if k != "numpy" or isinstance(y, np.ndarray) else out[()]
 
 
 class Bitchop:

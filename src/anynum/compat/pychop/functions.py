@@ -1,13 +1,15 @@
 """Pychop's free math functions, ``sin(x, chop)``, ``add(x, y, chop)``, ``sum(x, chop, axis=None)``.
 
-Each calls the chopper's method of the same name (`anynum.compat.pychop.math`),
-so it runs on `anynum.ops`. The names are Pychop's ``math_func`` list.
+Each is the chopper's method of the same name (`anynum.compat.pychop.math`,
+on `anynum.ops`). The names are Pychop's ``math_func`` list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from anynum.compat.pychop.math import apply_ops
 
 __all__ = [
     "add",
@@ -55,7 +57,7 @@ __all__ = [
 
 def _unary(name: str) -> Callable[..., Any]:
     def f(x: Any, chop: Any) -> Any:
-        return getattr(chop, name)(x)
+        return apply_ops(chop, name, (x,))
 
     f.__name__ = name
     f.__doc__ = f"Pychop ``{name}(x, chop)``: the chopper's ``{name}`` method (one rounding in, one out)."
@@ -64,7 +66,7 @@ def _unary(name: str) -> Callable[..., Any]:
 
 def _binary(name: str) -> Callable[..., Any]:
     def f(x: Any, y: Any, chop: Any) -> Any:
-        return getattr(chop, name)(x, y)
+        return apply_ops(chop, name, (x, y))
 
     f.__name__ = name
     f.__doc__ = f"Pychop ``{name}(x, y, chop)``: the chopper's ``{name}`` method."
@@ -73,7 +75,7 @@ def _binary(name: str) -> Callable[..., Any]:
 
 def _reduction(name: str) -> Callable[..., Any]:
     def f(x: Any, chop: Any, axis: Any = None) -> Any:
-        return getattr(chop, name)(x, axis=axis)
+        return apply_ops(chop, name, (x,), axis=axis)
 
     f.__name__ = name
     f.__doc__ = f"Pychop ``{name}(x, chop, axis=None)``: the chopper's ``{name}`` method."
@@ -96,4 +98,4 @@ cumsum, cumprod = _reduction("cumsum"), _reduction("cumprod")
 
 def round(x: Any, chop: Any) -> Any:
     """Pychop ``round(x, chop)``: the chopper's ``round`` method (to integers)."""
-    return chop.round(x)
+    return apply_ops(chop, "round", (x,))
