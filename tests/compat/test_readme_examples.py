@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 import torch
 
 
@@ -115,3 +116,40 @@ def test_fixed_point_and_integer_quick_starts():
     peer = _pychop()
     if peer is not None:
         assert np.array_equal(peer.Chopf(ibits=4, fbits=4)(X), X_q)
+
+
+def test_import_anynum_compat_in_a_fresh_interpreter():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, anynum, anynum.compat as c; "
+        "assert 'anynum.compat.qtorch' not in sys.modules; "
+        "from anynum.compat import qtorch, pychop; "
+        "assert anynum.compat.qtorch is qtorch and anynum.compat is anynum.__getattr__('compat'); "
+        "assert not any(m.split('.')[0] in ('jax', 'dask', 'qtorch', 'pychop') for m in sys.modules); "
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: __import__("anynum.compat.pychop", fromlist=["x"]).Chopf(4, 4),
+        lambda: __import__("anynum.compat.pychop", fromlist=["x"]).FaultChop("h"),
+        lambda: __import__("anynum.compat.pychop", fromlist=["x"]).Chopi(8),
+    ],
+    ids=["Chopf", "FaultChop", "Chopi"],
+)
+def test_every_chopper_returns_the_input_kind(make):
+    jnp = pytest.importorskip("jax.numpy")
+    ch = make()
+    x = np.array([0.3, -1.2, 2.5], dtype=np.float32)
+    want = np.asarray(ch(x))
+    for arr, kind in ((x, np.ndarray), (torch.from_numpy(x), torch.Tensor)):
+        y = ch(arr)
+        assert isinstance(y, kind) and np.array_equal(np.asarray(y), want)
+    y = ch(jnp.asarray(x))
+    assert type(y).__module__.startswith("jax") and np.array_equal(np.asarray(y), want)

@@ -244,13 +244,18 @@ class FaultChop(Chop):
         hit = self._rng.random(tuple(np.shape(y))) < self.p
         if k == "torch":
             yd = y.detach()
-            flipped, _ = an.flip_bits(yd, fmt, count=1, field="significand", seed=seed)
             chosen = torch.from_numpy(hit).to(yd.device) & torch.isfinite(yd)
-            return straight_through(x, torch.where(chosen, flipped, yd))
-        flipped, _ = an.flip_bits(y, fmt, count=1, field="significand", seed=seed)
-        xp = namespace(y)
-        out = xp.where(hit & xp.isfinite(y), xp.reshape(flipped, np.shape(y)), y)
-        return out if k != "numpy" or isinstance(y, np.ndarray) else out[()]
+            out = yd.clone()
+            out[chosen], _ = an.flip_bits(yd[chosen], fmt, count=1, field="significand", seed=seed)
+            return straight_through(x, out)
+        values = np.array(y)  # a writable NumPy copy (JAX arrays come back as JAX below)
+        chosen = hit & np.isfinite(values)
+        values[chosen], _ = an.flip_bits(values[chosen], fmt, count=1, field="significand", seed=seed)
+        if k == "jax":
+            import jax.numpy as jnp
+
+            return jnp.asarray(values)
+        return values if isinstance(y, np.ndarray) else values[()]
 
 
 class Bitchop:

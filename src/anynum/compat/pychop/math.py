@@ -101,8 +101,10 @@ def apply_ops(chop: Any, name: str, arrays: tuple[Any, ...], **kwargs: Any) -> A
     if fn is None:
         raise InputError(f"anynum.ops has no function {name!r}.")
     # ldexp's exponents stay integers; every other argument is an array of floats
-    values = tuple(a if (name == "ldexp" and i == 1) or isinstance(a, (int, np.integer)) else as_float(a)
-                   for i, a in enumerate(arrays))
+    values = tuple(
+        a if (name == "ldexp" and i == 1) or isinstance(a, (int, np.integer)) else as_float(a)
+        for i, a in enumerate(arrays)
+    )
     fmt = chop.format_for(values[0])
     generator = chop.generator if chop.mode.is_stochastic else None
     return fn(*values, fmt, chop.mode, generator=generator, domain="raise", **kwargs)

@@ -115,6 +115,35 @@ def posit_quantize(
     return scaled(x, scale, lambda t: an.quantize(t, fmt, rounding, seed=seed))
 
 
+_FRAC = 13  # fraction bits a posit(n <= 16, 0) can have, n - 3 at most
+
+
+def _value_keys(q: torch.Tensor, nsize: int) -> torch.Tensor:
+    """A dense index of the values of posit(nsize <= 16, 0), read off their float32 bits.
+
+    Those values are ±2**k * (1 + f) with |k| <= nsize - 2 and f of at most 13 bits, so the
+    float32 exponent and top 13 fraction bits name each one; 0 gets a slot of its own.
+    """
+    bits = q.to(torch.float32).view(torch.int32)
+    e = torch.clamp(((bits >> 23) & 0xFF) - (127 - (nsize - 2)), min=0)
+    per_sign = (2 * nsize - 3) << _FRAC
+    key = (e << _FRAC) | ((bits >> (23 - _FRAC)) & ((1 << _FRAC) - 1))
+    key = torch.where(q == 0, per_sign, key)
+    return (key + torch.where(bits < 0, per_sign + 1, 0)).to(torch.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def _sigmoid_lut(nsize: int) -> torch.Tensor:
+    """The trick's result for every posit(n <= 16, 0) value, at the value's `_value_keys` slot."""
+    fmt = an.Posit(nsize, 0)
+    values = torch.from_numpy(fmt.values())  # ascending, NaR left out: index i holds signed code i - half + 1
+    half = 1 << (nsize - 1)
+    codes = (torch.arange(values.numel()) - (half - 1)) % (1 << nsize)
+    lut = torch.zeros(2 * (((2 * nsize - 3) << _FRAC) + 1), dtype=torch.float64)
+    lut[_value_keys(values, nsize)] = an.decode((codes ^ half) >> 2, fmt)
+    return lut
+
+
 def _sigmoid_codes(x: torch.Tensor, nsize: int) -> torch.Tensor:
     """Gustafson's posit sigmoid: flip the sign bit of the posit(n, 0) code, shift right by 2.
 
@@ -123,9 +152,14 @@ def _sigmoid_codes(x: torch.Tensor, nsize: int) -> torch.Tensor:
     if nsize not in range(3, 33):
         raise InputError(f"the posit sigmoid needs nsize in 3..32 (Qtorch+: 8 or 16), got {nsize!r}.")
     fmt = an.Posit(nsize, 0)
-    codes = an.encode(x.detach().to(torch.float64), fmt)
-    values = an.decode((codes ^ (1 << (nsize - 1))) >> 2, fmt)
-    return torch.where(torch.isnan(x), torch.nan, values)
+    xd = x.detach()
+    if nsize <= 16:  # a table lookup on the rounded value (an.encode would round, then split the bits)
+        q = an.quantize(xd.to(torch.float64) if xd.dtype == torch.float16 else xd, fmt)
+        out = _sigmoid_lut(nsize).to(q.device)[_value_keys(torch.nan_to_num(q), nsize)]
+    else:
+        codes = an.encode(xd.to(torch.float64), fmt)
+        out = an.decode((codes ^ (1 << (nsize - 1))) >> 2, fmt)
+    return torch.where(torch.isnan(xd) | torch.isinf(xd), torch.nan, out)
 
 
 def _check_rounding(rounding: str) -> None:
