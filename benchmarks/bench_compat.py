@@ -12,8 +12,9 @@ the minimum is the least disturbed run, and interleaving makes noise hit both
 columns alike. The result is the ratio peer time / facade time (> 1: the facade
 is faster). One intra-op thread by default: QPyTorch's CPU kernels are
 single-threaded, and on a loaded machine torch's thread pool mostly waits. A
-peer call slower than ``--budget`` seconds is timed once and its repeats skipped. The facades give correct results where the peers do not
-(docs/compat.md), so a few rows compare different answers on the same call.
+peer call slower than ``--budget`` seconds is timed once and its repeats skipped.
+The facades give correct results where the peers do not (docs/compat.md), so a
+few rows compare different answers on the same call.
 """
 
 from __future__ import annotations
