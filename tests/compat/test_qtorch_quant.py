@@ -257,3 +257,29 @@ def test_bad_arguments_raise_anynum_errors():
         quantizer(forward_number="fp16")
     with pytest.raises(AnynumError):
         block_quantize(torch.ones(2, 2), 8, dim=2)
+
+
+@pytest.mark.parametrize("wl", [3, 5, 8])
+def test_block_with_exponent_minus_one_is_symmetric_fixed_point(wl):
+    """QPyTorch's relation: a block whose largest magnitude is in [1/2, 1) is fixed point with fl = wl - 1
+    without its most negative value (steps 2**(1 - wl), range ±(1 - 2**(1 - wl)))."""
+    top = 1 - 2.0 ** (1 - wl)
+    x = torch.linspace(-top, top, 1001)
+    fixed = fixed_point_quantize(x, wl, wl - 1, symmetric=True, rounding="nearest")
+    assert torch.equal(block_quantize(x, wl, rounding="nearest"), fixed)
+    assert torch.equal(quantizer(qtorch.BlockFloatingPoint(wl), forward_rounding="nearest")(x), fixed)
+
+
+@pytest.mark.parametrize(
+    "number",
+    [qtorch.FixedPoint(7, 6), qtorch.BlockFloatingPoint(6, dim=0), qtorch.FloatingPoint(6, 5)],
+    ids=["fixed", "block", "float"],
+)
+def test_stochastic_quantizer_is_unbiased_on_a_range(number):
+    """QPyTorch's relation: the mean of many stochastic roundings converges to the input."""
+    x = torch.linspace(-0.9, 0.9, 100).repeat(2000, 1).T.contiguous()  # 2000 draws of each value
+    if isinstance(number, qtorch.BlockFloatingPoint):
+        x = x.abs().reshape(100, 2000)
+    torch.manual_seed(0)
+    q = quantizer(number)(x)  # default rounding: stochastic
+    assert ((q.double().mean(1) - x.double().mean(1)) ** 2).mean() < 1e-5
