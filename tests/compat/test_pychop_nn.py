@@ -158,3 +158,18 @@ def test_post_quantization_family():
     pickle.loads(pickle.dumps(m2))(x)
     with pytest.raises(ValueError):
         ptq.static_post_quantization(model, CH, [x], calibration_method="kl_divergence")
+
+
+def test_a_failing_chopper_leaves_the_parameters_in_place():
+    class FailsOnTheBias:
+        def __call__(self, t):
+            if t.dim() == 1:
+                raise ValueError("no")
+            return CH(t)
+
+    layer = L.QuantizedLinear(3, 2, chop=FailsOnTheBias())
+    params = dict(layer.named_parameters())
+    with pytest.raises(ValueError):
+        layer(torch.ones(1, 3))
+    assert all(p is params[k] for k, p in layer.named_parameters())  # the weight was put back too
+    assert layer._parameters["weight"] is params["weight"]

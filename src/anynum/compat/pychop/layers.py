@@ -66,11 +66,16 @@ class _RoundedParameters:
         self.saved: list[tuple[nn.Module, str, Any]] = []
 
     def __enter__(self) -> None:
-        for owner in self.module.modules():
-            for name, p in list(owner._parameters.items()):
-                if p is not None and p.is_floating_point():
-                    self.saved.append((owner, name, p))
-                    owner._parameters[name] = self.chop(p)  # a plain tensor for this forward only
+        try:
+            for owner in self.module.modules():
+                for name, p in list(owner._parameters.items()):
+                    if p is not None and p.is_floating_point():
+                        rounded = self.chop(p)
+                        self.saved.append((owner, name, p))
+                        owner._parameters[name] = rounded  # a plain tensor for this forward only
+        except BaseException:
+            self.__exit__()  # a chopper that fails leaves the Parameters in place
+            raise
         self._refresh()
 
     def __exit__(self, *exc: Any) -> None:
