@@ -1,6 +1,6 @@
 """The Pychop facade's choppers against independent oracles (no Pychop needed).
 
-Every rmode code is checked against its definition (conftest.ieee_round, exact
+Every rmode code is checked against its definition (compat_oracle.ieee_round, exact
 arithmetic) on every grid point, midpoint and midpoint neighbour of small
 formats; stochastic codes statistically; fixed point and integer quantization
 against NumPy formulas; FaultChop's flips and Bitchop's fields against the IEEE
@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from compat_oracle import ieee
 
 from anynum.compat import pychop
 from anynum.compat.pychop import Bitchop, Chop, Chopf, Chopi, Customs, FaultChop, float_params
@@ -28,7 +29,7 @@ SMALL = [(4, 3), (5, 2), (3, 2), (2, 1)]
 @pytest.mark.parametrize("rmode", sorted(RMODES))
 @pytest.mark.parametrize("subnormal", [True, False])
 def test_rmode_codes_follow_their_definitions(
-    exp_bits, sig_bits, rmode, subnormal, ieee, probe_points, same_values
+    exp_bits, sig_bits, rmode, subnormal, probe_points, same_values
 ):
     grid, _ = ieee.grid(exp_bits, sig_bits, subnormal)
     x = probe_points(grid[:-1], top_step=grid[-2] - grid[-3])["float64"]
@@ -46,7 +47,7 @@ def test_rmode_names_and_rounding_members_are_accepted():
 
 
 @pytest.mark.parametrize("prec,e,m", [("q43", 4, 3), ("q52", 5, 2), ("h", 5, 10), ("b", 8, 7), ("t", 8, 10)])
-def test_prec_names(prec, e, m, ieee, random_values, same_values):
+def test_prec_names(prec, e, m, random_values, same_values):
     x = random_values(3000, np.float64, seed=e + m, lo_exp=-30, hi_exp=20)
     sub = prec != "b"  # MATLAB chop's bfloat16 has no subnormals by default
     same_values(Chop(prec=prec)(x), ieee.round(x, e, m, "rne", sub), x, what=prec)
@@ -65,7 +66,7 @@ def test_customs_both_ways_and_float_params():
     assert float_params()["fp16"][3] == 65504.0
 
 
-def test_explim_false_keeps_precision_and_the_dtype_range(ieee, random_values, same_values):
+def test_explim_false_keeps_precision_and_the_dtype_range(random_values, same_values):
     x = random_values(3000, np.float32, seed=7, lo_exp=-140, hi_exp=120)
     got = Chop(5, 2, explim=False)(x)
     same_values(got, ieee.round(x.astype(np.float64), 8, 2, "rne"), x, what="explim=False float32")

@@ -1,6 +1,6 @@
 """The qtorch facade's quantizers against independent oracles (no peer needed).
 
-Floats: IEEE rounding by definition in exact arithmetic (conftest.ieee_round)
+Floats: IEEE rounding by definition in exact arithmetic (compat_oracle.ieee_round)
 and torch's own float16/bfloat16 casts; fixed point and block floating point:
 NumPy float64 formulas (exact for float32 inputs); posits: SoftPosit; tables:
 brute-force nearest search. The relations QPyTorch's own tests check are
@@ -17,6 +17,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from compat_oracle import ieee
 
 from anynum.compat import qtorch
 from anynum.compat.qtorch.quant import (
@@ -38,7 +39,7 @@ FLOATS = [(5, 10), (8, 7), (5, 2), (4, 3), (3, 2)]
 
 
 @pytest.mark.parametrize("exp,man", FLOATS)
-def test_float_quantize_nearest_is_ieee_rounding(exp, man, ieee, probe_points, same_values):
+def test_float_quantize_nearest_is_ieee_rounding(exp, man, probe_points, same_values):
     grid, _ = ieee.grid(exp, man)
     x = probe_points(grid[:-1], top_step=grid[-2] - grid[-3])["float32"]
     if x.size > 6000:  # wide formats: a fixed sample of the probes (torch casts cover them all below)

@@ -1,5 +1,8 @@
 """Independent oracles for the facade tests: IEEE-style rounding by definition, in exact arithmetic.
 
+Imported by the tests of this folder (``from compat_oracle import ieee``; pytest puts the folder on
+the path). Not a conftest.py: two same-named conftest modules clash under --doctest-modules.
+
 `ieee_round` enumerates a binary float's codes (exp_bits, man_bits, IEEE layout,
 optionally without subnormals) and applies each rounding rule as the standard
 words it, with `fractions.Fraction` for every comparison; nothing here calls anynum.
@@ -10,7 +13,6 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
-import pytest
 
 
 def ieee_grid(exp_bits: int, man_bits: int, subnormals: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -85,12 +87,8 @@ def ieee_round(x: np.ndarray, exp_bits: int, man_bits: int, mode: str, subnormal
     return out
 
 
-@pytest.fixture(scope="session")
-def ieee():
+class ieee:
     """``ieee.round(x, e, m, mode, subnormals)`` and ``ieee.grid(e, m, subnormals)``."""
 
-    class _Oracle:
-        round = staticmethod(ieee_round)
-        grid = staticmethod(ieee_grid)
-
-    return _Oracle
+    round = staticmethod(ieee_round)
+    grid = staticmethod(ieee_grid)
