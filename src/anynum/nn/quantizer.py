@@ -34,6 +34,7 @@ from anynum.kernels import compile_mode, fused_round, use_fused, working_dtype
 from anynum.kernels.cfloat import cfloat_params, cfloat_round
 from anynum.kernels.fused import compile_min
 from anynum.kernels.native import native_cast_dtype, native_round_trip
+from anynum.nn.streams import register_stream_hooks
 from anynum.quantize import _quantize_tensor, check_representable, quantize
 from anynum.rounding import Rounding, RoundingLike, make_random_source, parse_rounding
 
@@ -403,7 +404,10 @@ class Quantizer(nn.Module):
     each with its own rounding and overflow policy; stochastic modes draw from
     `generator` or a stream seeded by `seed` (default: drawn once from torch's
     global generator, so `torch.manual_seed` fixes it). The module has no
-    parameters or buffers, so models using it save and load as usual.
+    parameters or buffers; its ``state_dict`` holds the positions of its
+    stochastic streams (``_anynum_rng.forward.*``, ``_anynum_rng.backward.*``),
+    so a resumed run repeats the uninterrupted one bit for bit
+    (`anynum.nn.streams`); a checkpoint without them still loads.
 
     NaN stays NaN; overflow follows the format's default (inf where the format
     has infinities, else saturation to ±max) unless `*_overflow` says otherwise.
@@ -439,9 +443,15 @@ class Quantizer(nn.Module):
             generator,
             None if seed is None else seed + 1,
         )
+        register_stream_hooks(self, _quantizer_streams)  # state_dict saves the random streams
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return apply_pair(x, self.fwd, self.bwd)
 
     def extra_repr(self) -> str:
         return f"forward={self.fwd}, backward={self.bwd}"
+
+
+def _quantizer_streams(module: nn.Module) -> dict[str, Rounder | None]:
+    """The random streams of a `Quantizer` (saved by its state_dict, see anynum.nn.streams)."""
+    return {"forward": getattr(module, "fwd", None), "backward": getattr(module, "bwd", None)}
