@@ -71,26 +71,31 @@ class StreamWarning(UserWarning):
 
 
 class CounterStream:
-    """A counter-based stream: call k draws from seed ``derive(seed, k)``; its state is (seed, k).
+    """A counter-based stream: its seeds are hashes of (seed, position, parts); its state is
+    (seed, position), two integers.
 
-    Every process that makes the same calls is at the same position, so one saved
-    position restores them all (the DDP hook's streams: rank 0 saves, every rank resumes).
+    Every process that advances it the same number of times is at the same position, so
+    one saved position restores them all (the DDP hook's streams: rank 0 saves, every
+    rank resumes).
 
     >>> s = CounterStream(7)
-    >>> a, b = s.next_seed(), s.next_seed()
-    >>> a != b, s.calls
-    (True, 2)
+    >>> a = s.derive("send", 0); s.advance()
+    >>> a != s.derive("send", 0), s.calls
+    (True, 1)
     """
 
     def __init__(self, seed: int, calls: int = 0) -> None:
         self.seed = int(seed)
         self.calls = int(calls)
 
-    def next_seed(self) -> int:
-        """The seed of the next call (a 62-bit hash of seed and position); advances the stream."""
-        digest = hashlib.blake2b(f"{self.seed}/{self.calls}".encode(), digest_size=8).digest()
+    def derive(self, *parts: object) -> int:
+        """A 62-bit seed for this position and `parts` (independent streams for different parts)."""
+        text = "/".join(map(str, (self.seed, self.calls, *parts)))
+        return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 2
+
+    def advance(self) -> None:
+        """Move to the next position."""
         self.calls += 1
-        return int.from_bytes(digest, "little") >> 2
 
 
 Stream = Union["Rounder", CounterStream]
