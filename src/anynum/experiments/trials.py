@@ -7,7 +7,7 @@ A trial trains (or loads from the on-disk cache) the fp32 baseline of its
   the format with the rounding mode (`anynum.nn.post_quantize`) and evaluates, or
 * ``qat``: trains from the same initialisation with weights, activations, errors,
   gradients and momentum in the format (fp32 master weights, dynamic loss scaling)
-  and evaluates.
+  and evaluates; it checkpoints every epoch and resumes bit-identically.
 
 Everything is seeded and runs on one CPU thread with the eager kernels, so the
 same config gives bit-identical scores in any process, on any executor. The
@@ -211,7 +211,40 @@ def evaluate(model: nn.Module, data: Dataset) -> float:
     return 100.0 * score if math.isfinite(score) else math.nan
 
 
-def _fit(model: nn.Module, data: Dataset, cfg: TrialConfig, fmt: Format | None) -> None:
+def _load_checkpoint(path: Path | None, trial_id: str) -> dict[str, Any] | None:
+    """The saved epoch state of trial `trial_id`, or None (absent, torn, foreign or from another version)."""
+    if path is None or not path.exists():
+        return None
+    try:
+        saved = torch.load(path, weights_only=True)  # never executes the file's content
+    except Exception:  # a torn file (killed mid-write cannot happen: os.replace) or a foreign one
+        return None
+    if not isinstance(saved, dict) or saved.get("trial_id") != trial_id or saved.get("version") != TRIAL_VERSION:
+        return None
+    return saved
+
+
+def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write atomically: a reader sees the previous checkpoint or this one, never a torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _fit(
+    model: nn.Module,
+    data: Dataset,
+    cfg: TrialConfig,
+    fmt: Format | None,
+    checkpoint: Path | None = None,
+) -> int:
+    """Train `model` per `cfg` (quantized when `fmt` is given); returns the epoch it started from.
+
+    With `checkpoint`, the state after each epoch (model, optimizer with its random
+    streams, data order) is saved there, and a later call resumes from it: the result is
+    bit-identical to an uninterrupted run.
+    """
     from anynum.optim import QuantizedOptimizer
 
     inner = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=0.9)
@@ -230,7 +263,26 @@ def _fit(model: nn.Module, data: Dataset, cfg: TrialConfig, fmt: Format | None) 
     loss_fn: Any = nn.functional.cross_entropy if data.task == "classification" else _mse
     g = torch.Generator().manual_seed(cfg.seed + 1)
     x, y = data.x_train, data.y_train
-    for _ in range(cfg.epochs):
+    start = 0
+    saved = _load_checkpoint(checkpoint, cfg.trial_id)
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        (opt if opt is not None else inner).load_state_dict(saved["optimizer"])
+        g.set_state(saved["order"])
+        start = int(saved["epoch"])
+    for epoch in range(start, cfg.epochs):
+        if checkpoint is not None and epoch > start:
+            _save_checkpoint(
+                checkpoint,
+                {
+                    "trial_id": cfg.trial_id,
+                    "version": TRIAL_VERSION,
+                    "epoch": epoch,
+                    "model": model.state_dict(),
+                    "optimizer": (opt if opt is not None else inner).state_dict(),
+                    "order": g.get_state(),
+                },
+            )
         perm = torch.randperm(len(y), generator=g)
         for i in range(0, len(y), cfg.batch):
             idx = perm[i : i + cfg.batch]
@@ -243,6 +295,7 @@ def _fit(model: nn.Module, data: Dataset, cfg: TrialConfig, fmt: Format | None) 
                 opt.zero_grad()
                 opt.scale_loss(loss).backward()
                 opt.step()
+    return start
 
 
 def _mse(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -293,6 +346,17 @@ def train_baseline(
     return model, score
 
 
+def _state_digest(model: nn.Module) -> str:
+    """SHA-256 of every parameter and buffer's bytes, in state_dict order (bit-exact fingerprint)."""
+    h = hashlib.sha256()
+    for key, value in model.state_dict().items():
+        if "_anynum_rng" in key:
+            continue  # the streams' positions are not the model
+        h.update(key.encode())
+        h.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def _versions() -> dict[str, str]:
     import anynum
 
@@ -314,8 +378,15 @@ def run_trial(
     """Run one trial; returns its JSON-ready result row.
 
     The row holds the trial id, the config, the format's full spec, the score
-    and the fp32 baseline's score (both in percent), the seed, the library
-    versions, the device and the wall time.
+    and the fp32 baseline's score (both in percent), the seed, the SHA-256 of the
+    final model's parameters and buffers (``model_sha256``: equal rows are equal
+    bit for bit), the library versions, the device and the wall time.
+
+    A QAT trial with a `cache_dir` saves its state after every epoch in
+    ``cache_dir/qat/<trial id>.pt`` (model, optimizer and random streams, data
+    order; written atomically, read with ``weights_only=True``). Interrupted, even
+    by SIGKILL, it resumes from there (``resumed_at_epoch`` says where) and ends
+    bit-identical to an uninterrupted run; the file is removed when the trial ends.
 
     >>> row = run_trial(TrialConfig("ptq", "sequence", "mlp", "e2m1", "rz", epochs=1))
     >>> row["metric"], row["score"] <= row["baseline_score"] + 5, row["format_spec"]["family"]
@@ -323,6 +394,8 @@ def run_trial(
     """
     cfg = config if isinstance(config, TrialConfig) else TrialConfig.from_dict(config)
     start = time.perf_counter()
+    ck: Path | None = None
+    resumed = 0
     fmt = lookup_format(cfg.format)
     data = load_dataset(cfg.dataset)
     baseline, base_score = train_baseline(cfg, cache_dir)
@@ -336,8 +409,12 @@ def run_trial(
             torch.manual_seed(cfg.seed)
             model = build_model(cfg.model, data)
             model = ann.convert(model, policy.replace(error=fmt))
-            _fit(model, data, cfg, fmt)
+            ck = Path(cache_dir) / "qat" / f"{cfg.trial_id}.pt" if cache_dir is not None else None
+            resumed = _fit(model, data, cfg, fmt, ck)
         score = evaluate(model, data)
+        digest = _state_digest(model)
+    if cfg.mode == "qat" and ck is not None:
+        ck.unlink(missing_ok=True)  # done: a rerun of this trial starts over (and gives this row)
     return {
         "trial_id": cfg.trial_id,
         "baseline_id": cfg.baseline_id,
@@ -350,6 +427,8 @@ def run_trial(
         "score": None if math.isnan(score) else score,
         "baseline_score": None if math.isnan(base_score) else base_score,
         "seed": cfg.seed,
+        "model_sha256": digest,
+        "resumed_at_epoch": resumed,
         "config": cfg.as_dict(),
         "format_spec": format_spec(fmt),
         "format_repr": repr(fmt),
