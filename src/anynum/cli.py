@@ -167,6 +167,7 @@ def _study_spec(args: argparse.Namespace) -> Any:
 def _cmd_study(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from anynum.experiments.outdir import write_atomic
     from anynum.experiments.report import table_text, write_csv, write_heatmap
     from anynum.experiments.runner import expand_grid, parse_shard, run_study
 
@@ -196,7 +197,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     written = [out / "results.jsonl"]
     try:
         write_csv(rows, out / "results.csv")
-        (out / "table.md").write_text(f"{title}\n\n{table_text(rows)}\n", encoding="utf-8")
+        write_atomic(out / "table.md", f"{title}\n\n{table_text(rows)}\n")  # another study may write it too
         written += [out / "results.csv", out / "table.md"]
         try:
             import matplotlib  # noqa: F401

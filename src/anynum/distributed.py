@@ -80,7 +80,8 @@ class _HookState:
             if self.offsets and all(id(p) in self.offsets for p in params):
                 for p, g in zip(params, bucket.gradients()):  # views of the bucket buffer
                     start = g.storage_offset() - buf.storage_offset()
-                    a[start : start + g.numel()] = torch.arange(g.numel(), device=buf.device) + self.offsets[id(p)]
+                    here = torch.arange(g.numel(), device=buf.device) + self.offsets[id(p)]
+                    a[start : start + g.numel()] = here
             self.addresses[key] = a
         return a
 

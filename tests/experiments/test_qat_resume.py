@@ -33,7 +33,10 @@ def test_qat_trial_killed_mid_training_resumes_bit_identically(tmp_path):
     ck = cache / "qat" / f"{CFG.trial_id}.pt"
     assert not ck.exists()  # removed when the trial ended
 
-    code = f"from anynum.experiments.trials import *; run_trial(TrialConfig(**{CFG.as_dict()!r}), {str(cache)!r})"
+    code = (
+        "from anynum.experiments.trials import *; "
+        f"run_trial(TrialConfig(**{CFG.as_dict()!r}), {str(cache)!r})"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], env=_env())
     try:
         deadline = time.monotonic() + 120

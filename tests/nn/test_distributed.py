@@ -89,13 +89,15 @@ def _resume_worker(rank: int, port: int, out: str, with_module: bool) -> None:
     so DDP packs gradients differently in the first iteration of each model."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=__import__("datetime").timedelta(seconds=60))
+    timeout = __import__("datetime").timedelta(seconds=60)
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timeout)
     x, y = data()
     xs, ys = x[rank * 16 : (rank + 1) * 16], y[rank * 16 : (rank + 1) * 16]
 
     def build() -> tuple[nn.Module, torch.optim.Optimizer]:
         ddp = nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.0002)
-        ddp.register_comm_hook(*quantized_comm_hook("e5m2", "sr", seed=7, module=ddp if with_module else None))
+        hook = quantized_comm_hook("e5m2", "sr", seed=7, module=ddp if with_module else None)
+        ddp.register_comm_hook(*hook)
         return ddp, torch.optim.SGD(ddp.parameters(), lr=0.1)
 
     def steps(ddp: nn.Module, opt: torch.optim.Optimizer, n: int) -> None:

@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from anynum.experiments.outdir import write_atomic
 from anynum.rounding import Rounding
 
 __all__ = ["ROUNDING_LABELS", "pivot", "render_table", "table_text", "write_csv", "write_heatmap"]
@@ -141,8 +142,7 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> N
     for r in rows:
         s, b = r.get("score"), r.get("baseline_score")
         w.writerow({**r, "delta": None if s is None or b is None else round(s - b, 6)})
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write(buf.getvalue())
+    write_atomic(path, buf.getvalue())
 
 
 _SHORT = {"nearest": "RN", "rna": "RNA", "rnz": "RNZ", "ru": "RU", "rd": "RD", "rz": "RZ", "ro": "RO",
@@ -203,5 +203,7 @@ def write_heatmap(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) 
         ax.axis("off")
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="score (%)")
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    write_atomic(path, png.getvalue())

@@ -219,7 +219,9 @@ def _load_checkpoint(path: Path | None, trial_id: str) -> dict[str, Any] | None:
         saved = torch.load(path, weights_only=True)  # never executes the file's content
     except Exception:  # a torn file (killed mid-write cannot happen: os.replace) or a foreign one
         return None
-    if not isinstance(saved, dict) or saved.get("trial_id") != trial_id or saved.get("version") != TRIAL_VERSION:
+    if not isinstance(saved, dict):
+        return None
+    if saved.get("trial_id") != trial_id or saved.get("version") != TRIAL_VERSION:
         return None
     return saved
 

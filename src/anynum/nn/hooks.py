@@ -46,7 +46,9 @@ def layer_streams(module: nn.Module) -> dict[str, Rounder | None]:
     if state is None:
         return {}
     p = state.policy
-    return {"weight": p.weight, "bias": p.bias, "activation": p.activation, "error": p.error, "buffer": p.buffer}
+    return {
+        "weight": p.weight, "bias": p.bias, "activation": p.activation, "error": p.error, "buffer": p.buffer
+    }
 
 
 def _map_tensors(value: Any, fwd: Rounder | None, bwd: Rounder | None) -> Any:

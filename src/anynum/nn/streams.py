@@ -99,7 +99,7 @@ class CounterStream:
 
 
 Stream = Union["Rounder", CounterStream]
-StreamsOf = Callable[[nn.Module], Mapping[str, Union[Stream, None]]]
+StreamsOf = Callable[[nn.Module], Mapping[str, Stream | None]]
 
 
 def _int64(v: int) -> torch.Tensor:
@@ -107,10 +107,11 @@ def _int64(v: int) -> torch.Tensor:
     return torch.tensor(v - (1 << 64) if v >> 63 else v, dtype=torch.int64)
 
 
-def _saved(stream: Stream | None) -> bool:
-    if isinstance(stream, CounterStream):
-        return True
-    return stream is not None and stream.mode.is_stochastic
+def _stochastic(stream: Stream | None) -> Stream | None:
+    """`stream` if it draws random bits (a counter stream, or a stochastic rounder), else None."""
+    if isinstance(stream, CounterStream) or (stream is not None and stream.mode.is_stochastic):
+        return stream
+    return None
 
 
 def stream_state(streams: Mapping[str, Stream | None]) -> dict[str, torch.Tensor]:
@@ -121,8 +122,9 @@ def stream_state(streams: Mapping[str, Stream | None]) -> dict[str, torch.Tensor
     ['grad.seed']
     """
     out: dict[str, torch.Tensor] = {}
-    for name, stream in streams.items():
-        if not _saved(stream):
+    for name, maybe in streams.items():
+        stream = _stochastic(maybe)
+        if stream is None:
             continue
         if isinstance(stream, CounterStream):
             out[f"{name}.seed"] = _int64(stream.seed)
@@ -205,8 +207,8 @@ def load_stream_state(
     for name, devices in old.items():  # {category: {device: ByteTensor}} (anynum <= 0.1 optimizers)
         grouped.setdefault(name, {}).update({f"state.{d}": s for d, s in devices.items()})
     for name, fields in grouped.items():
-        stream = streams.get(name)
-        if not _saved(stream):
+        stream = _stochastic(streams.get(name))
+        if stream is None:
             continue  # nothing here draws from that stream
         if isinstance(stream, CounterStream):
             if "seed" in fields:

@@ -332,10 +332,10 @@ class QuantizedOptimizer:
         like the uninterrupted one.
         """
         if not isinstance(state, Mapping) or "optimizer" not in state:
+            got = f"a dict with keys {sorted(state)}" if isinstance(state, Mapping) else type(state).__name__
             raise AnynumError(
                 "QuantizedOptimizer.load_state_dict expects what QuantizedOptimizer.state_dict() "
-                f"returns (a dict with 'optimizer', 'master', 'loss_scale', 'rng'), got "
-                f"{type(state).__name__}{' with keys ' + str(sorted(state)) if isinstance(state, Mapping) else ''}; "
+                f"returns (a dict with 'optimizer', 'master', 'loss_scale', 'rng'), got {got}; "
                 "to load a plain torch optimizer state, call opt.optimizer.load_state_dict(state)."
             )
         self.optimizer.load_state_dict(state["optimizer"])
