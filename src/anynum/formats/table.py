@@ -135,13 +135,20 @@ class Table(Format):
         infinity: "saturate" (default: ±inf rounds to the last/first value,
             like any input beyond the ends) or "nan" (±inf gives NaN, as
             posits turn it into NaR).
+        signed_zero: False (default: a zero result is +0.0) or True (a zero
+            result takes the sign of the input, as IEEE-style floats round
+            -0.1 to -0.0). The table has one zero and one code for it, which
+            decodes to +0.0.
+        negative: "saturate" (default: negative inputs below the first value
+            round to it, like any input beyond the ends) or "nan" (every
+            input < 0 gives NaN, as unsigned float formats do; -0.0 is zero).
         boundaries: optional nearest-rounding boundaries, one between each pair
             of consecutive (normalised) values, strictly between them; default
             the arithmetic midpoints.
 
     Codes are indices into the sorted values (``bits = ceil(log2(size))``, at
     least 1); unused codes decode to NaN. There is no NaN code, so `encode`
-    rejects NaN. A zero result is +0.0.
+    rejects NaN. A zero result is +0.0 unless ``signed_zero=True``.
 
     >>> import anynum as an, torch
     >>> t = an.Table([3.0, -1.0, 0.5, 1.0, 1.0])
@@ -157,6 +164,8 @@ class Table(Format):
     ties: str = field(default="smaller_magnitude", kw_only=True)
     underflow: str = field(default="zero", kw_only=True)
     infinity: str = field(default="saturate", kw_only=True)
+    signed_zero: bool = field(default=False, kw_only=True)
+    negative: str = field(default="saturate", kw_only=True)
     boundaries: tuple[float, ...] | None = field(default=None, kw_only=True, repr=False)
 
     overflow_policies: ClassVar[tuple[str, ...]] = ("saturate",)
@@ -168,6 +177,8 @@ class Table(Format):
         ties: str = "smaller_magnitude",
         underflow: str = "zero",
         infinity: str = "saturate",
+        signed_zero: bool = False,
+        negative: str = "saturate",
         boundaries: Any = None,
         name: str | None = None,
     ) -> None:
@@ -181,6 +192,10 @@ class Table(Format):
             raise FormatError(f"Table underflow must be one of {_UNDERFLOW}, got {underflow!r}.")
         if infinity not in ("saturate", "nan"):
             raise FormatError(f"Table infinity must be 'saturate' or 'nan', got {infinity!r}.")
+        if not isinstance(signed_zero, bool):
+            raise FormatError(f"Table signed_zero must be True or False, got {signed_zero!r}.")
+        if negative not in ("saturate", "nan"):
+            raise FormatError(f"Table negative must be 'saturate' or 'nan', got {negative!r}.")
         bounds: tuple[float, ...] | None = None
         if boundaries is not None:
             b = _check_boundaries(boundaries, vals)
@@ -191,12 +206,16 @@ class Table(Format):
         object.__setattr__(self, "ties", ties)
         object.__setattr__(self, "underflow", underflow)
         object.__setattr__(self, "infinity", infinity)
+        object.__setattr__(self, "signed_zero", signed_zero)
+        object.__setattr__(self, "negative", negative)
         object.__setattr__(self, "boundaries", bounds)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_array", vals)
         object.__setattr__(self, "_cache", {})
         self._cache["cpu"] = self._build_lookup()  # type: ignore[attr-defined]
-        object.__setattr__(self, "_hash", hash((self.table, ties, underflow, infinity, bounds)))
+        object.__setattr__(
+            self, "_hash", hash((self.table, ties, underflow, infinity, signed_zero, negative, bounds))
+        )
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
@@ -204,7 +223,10 @@ class Table(Format):
     def __reduce__(self) -> Any:
         return (
             _rebuild,
-            (self.table, self.ties, self.underflow, self.infinity, self.boundaries, self.name),
+            (
+                self.table, self.ties, self.underflow, self.infinity, self.boundaries, self.name,
+                self.signed_zero, self.negative,
+            ),
         )
 
     # --- constructors ---------------------------------------------------------------------
@@ -213,7 +235,9 @@ class Table(Format):
         """The table of every finite value of a format of at most 16 bits, rounding exactly like it.
 
         With the default ``ties=None`` the table reproduces the format (`quantize`
-        with ``overflow="saturate"``) in every deterministic mode:
+        with ``overflow="saturate"``) at every input in every mode, the stochastic
+        ones bit for bit with the same random bits (docs/posits.md lists the
+        exceptions: posits with ``rand_bits``, and the formats refused below):
 
         * nearest-mode boundaries are the format's: arithmetic midpoints, or for
           posits the values of the (n+1)-bit codes 2L+1 (geometric where
@@ -224,14 +248,18 @@ class Table(Format):
           and integers, and posits (a plain index would not: E2M1 and posit(8,0)
           have an odd number of negative values);
         * a posit's "never round to zero" rule becomes ``underflow="saturate"``
-          and its ±inf -> NaR rule ``infinity="nan"``.
+          and its ±inf -> NaR rule ``infinity="nan"``;
+        * a format that rounds -0.1 to -0.0 gets ``signed_zero=True`` (IEEE-style
+          floats; not fnuz, fixed point or posits), one whose negative inputs give
+          NaN (unsigned floats) ``negative="nan"``.
 
         The construction checks the format's own choice at every tie and in every
         interval under ODD against the table's and raises `FormatError` where no
         table tie policy expresses it (formats whose ties follow the significand
         rather than the code: flushed subnormals, no fraction bits, as in E8M0);
-        pass an explicit ``ties=`` to build such a table anyway, unchecked. A
-        zero result is +0.0 (the table has one zero) where the format may give -0.0.
+        pass an explicit ``ties=`` to build such a table anyway, unchecked. The
+        table has one zero: the format's -0.0 is its +0.0 code (`encode`), and
+        decodes to +0.0.
 
         >>> import anynum as an
         >>> t = an.Table.from_format(an.E2M1)
@@ -246,6 +274,7 @@ class Table(Format):
         boundaries = None
         underflow = "zero"
         infinity = "saturate"
+        signed_zero, negative = _zero_and_negative_rules(fmt, vals)
         if isinstance(fmt, Posit):
             boundaries = _posit_boundaries(fmt)
             underflow = "saturate" if fmt.underflow == "minpos" else "zero"
@@ -255,6 +284,8 @@ class Table(Format):
             ties="even" if ties is None else ties,
             underflow=underflow,
             infinity=infinity,
+            signed_zero=signed_zero,
+            negative=negative,
             boundaries=boundaries,
             name=f"table({fmt.display_name()})",
         )
@@ -449,6 +480,8 @@ class Table(Format):
         extra = "" if self.ties == "smaller_magnitude" else f", ties={self.ties!r}"
         extra += "" if self.underflow == "zero" else f", underflow={self.underflow!r}"
         extra += "" if self.infinity == "saturate" else f", infinity={self.infinity!r}"
+        extra += "" if not self.signed_zero else ", signed_zero=True"
+        extra += "" if self.negative == "saturate" else f", negative={self.negative!r}"
         extra += "" if self.boundaries is None else ", boundaries=..."
         return f"Table([{shown}]{extra})" if n <= 8 else f"Table(<{n} values: {shown}>{extra})"
 
@@ -460,8 +493,13 @@ def _rebuild(
     infinity: str,
     boundaries: tuple[float, ...] | None,
     name: str | None,
+    signed_zero: bool = False,
+    negative: str = "saturate",
 ) -> Table:
-    return Table(table, ties=ties, underflow=underflow, infinity=infinity, boundaries=boundaries, name=name)
+    return Table(
+        table, ties=ties, underflow=underflow, infinity=infinity, boundaries=boundaries, name=name,
+        signed_zero=signed_zero, negative=negative,
+    )
 
 
 def _check_boundaries(boundaries: Any, vals: np.ndarray) -> np.ndarray:
@@ -474,6 +512,17 @@ def _check_boundaries(boundaries: Any, vals: np.ndarray) -> np.ndarray:
     if not (np.all(vals[:-1] < b) and np.all(b < vals[1:])):
         raise FormatError("each boundary must lie strictly between its two (sorted) table values.")
     return b
+
+
+def _zero_and_negative_rules(fmt: Format, vals: np.ndarray) -> tuple[bool, str]:
+    """(signed_zero, negative) of `fmt`: whether -0.0 rounds to -0.0, and whether a negative
+    input beyond its values gives NaN (unsigned float formats) rather than saturating."""
+    from anynum.quantize import quantize
+
+    big = float(np.max(np.abs(vals))) if vals.size else 1.0
+    y = quantize(torch.tensor([-0.0, -2.0 * big - 1.0], dtype=torch.float64), fmt, overflow="saturate")
+    signed_zero = bool(y[0] == 0) and bool(torch.signbit(y[0]))
+    return signed_zero, "nan" if bool(torch.isnan(y[1])) else "saturate"
 
 
 def _check_parity_rule(table: Table, fmt: Format) -> None:
