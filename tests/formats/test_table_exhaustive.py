@@ -173,3 +173,5 @@ def test_signed_zero_and_negative_rules_follow_the_format():
         an.Table([0.0, 1.0], signed_zero="yes")
     with pytest.raises(FormatError, match="negative"):
         an.Table([0.0, 1.0], negative="raise")
+    with pytest.raises(FormatError, match="without negative values"):
+        an.Table([-1.0, 1.0], negative="nan")

@@ -141,7 +141,8 @@ class Table(Format):
             decodes to +0.0.
         negative: "saturate" (default: negative inputs below the first value
             round to it, like any input beyond the ends) or "nan" (every
-            input < 0 gives NaN, as unsigned float formats do; -0.0 is zero).
+            input < 0 gives NaN, as unsigned float formats do; -0.0 is zero;
+            for tables without negative values).
         boundaries: optional nearest-rounding boundaries, one between each pair
             of consecutive (normalised) values, strictly between them; default
             the arithmetic midpoints.
@@ -196,6 +197,11 @@ class Table(Format):
             raise FormatError(f"Table signed_zero must be True or False, got {signed_zero!r}.")
         if negative not in ("saturate", "nan"):
             raise FormatError(f"Table negative must be 'saturate' or 'nan', got {negative!r}.")
+        if negative == "nan" and vals[0] < 0:
+            raise FormatError(
+                f"negative='nan' makes every negative input NaN, so it needs a table without negative "
+                f"values; this one starts at {float(vals[0])!r}. Drop negative= or the negative values."
+            )
         bounds: tuple[float, ...] | None = None
         if boundaries is not None:
             b = _check_boundaries(boundaries, vals)
