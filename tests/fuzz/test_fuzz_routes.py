@@ -30,7 +30,10 @@ from fuzzlib import (
     known_k2,
     known_k3,
     known_k4,
+    known_k5,
+    known_k6,
     rng_for,
+    run_route,
     same,
     symmetric_values,
 )
@@ -82,6 +85,10 @@ def check_on_grid(fmt: an.Format, y: torch.Tensor, x: torch.Tensor, overflow: st
     fin = torch.isfinite(y64)
     if not isinstance(fmt, an.Block) and fmt.bits <= 16:
         vals = torch.from_numpy(fmt.values())
+        k6 = known_k6(fmt, y64)
+        if bool(k6.any()):
+            count("known K6")
+            fin &= ~k6
         member = torch.isin(y64[fin], vals)
         assert bool(member.all()), f"off the grid of {fmt!r}: {y64[fin][~member][:5].tolist()}"
     inf = torch.isinf(y64)
@@ -135,7 +142,7 @@ def test_routes_agree_and_rounding_is_right(case):
     # every kernel route: the front door's result, bit for bit
     xw = x.to(working_dtype(fmt, x.dtype))
     for name, run in kernel_routes(fmt, xw, mode, policy, rng, rand_bits, compiled=False).items():
-        r = run()
+        r = run_route(name, run, fmt, x.dtype)
         if r is not None:
             assert same(r.to(x.dtype), y), f"route {name}: {diff(x, r, y)}"
             count(f"route {name}")
@@ -169,7 +176,7 @@ def test_routes_agree_and_rounding_is_right(case):
             codes = fmt.encode(x, mode, **kw)
         except AnynumError:
             return
-        back = fmt.decode(codes)
+        back = fmt.decode(codes).to(x.dtype)  # NVFP4-style values in float32: rounded once (docs/block.md)
     else:
         try:
             codes = an.encode(x, fmt, mode, **kw)
@@ -184,7 +191,7 @@ def test_routes_agree_and_rounding_is_right(case):
             assert bool(((codes >= 0) & (codes < 2**fmt.bits)).all()), codes
         back = an.decode(codes, fmt)
     tables_lose_zero_sign = isinstance(fmt, an.Table)
-    assert same(back, y.to(torch.float64), zero_sign=not tables_lose_zero_sign), (
+    assert same(back.to(torch.float64), y.to(torch.float64), zero_sign=not tables_lose_zero_sign), (
         f"decode(encode): {diff(x, back, y)}"
     )
     count("encode/decode")
@@ -209,7 +216,10 @@ def test_codes_decode_and_encode_back(fmt, data):
     back = an.encode(values[real], fmt)
     # Codes of one value (flushed subnormals all read 0) come back as one of them: compare values.
     again = an.decode(back, fmt)
-    assert same(again, values[real]), f"{fmt!r}: {diff(codes[real], again, values[real])}"
+    zero_sign = not known_k5(fmt)
+    assert same(again, values[real], zero_sign=zero_sign), (
+        f"{fmt!r}: {diff(codes[real], again, values[real])}"
+    )
     unique = torch.unique(values[real]).numel() == int(real.sum()) and not torch.any(values[real] == 0)
     if unique:
         assert torch.equal(back, codes[real])
@@ -240,7 +250,7 @@ def test_fast_routes_agree(case):
     policy = fmt.check_overflow(overflow)
     xw = x.to(working_dtype(fmt, x.dtype))
     for name, run in kernel_routes(fmt, xw, mode, policy, None, None, compiled=False).items():
-        r = run()
+        r = run_route(name, run, fmt, x.dtype)
         if r is not None:
             assert same(r.to(x.dtype), y), f"route {name}: {diff(x, r, y)}"
             count(f"route {name}")

@@ -14,10 +14,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from anynum.errors import InputError
 from anynum.experiments.outdir import write_atomic
 from anynum.rounding import Rounding
 
-__all__ = ["ROUNDING_LABELS", "pivot", "render_table", "table_text", "write_csv", "write_heatmap"]
+__all__ = [
+    "ROUNDING_LABELS", "check_rows", "pivot", "render_table", "table_text", "write_csv", "write_heatmap"
+]
 
 #: Column headings, in the order columns appear.
 ROUNDING_LABELS = {
@@ -39,6 +42,19 @@ CSV_COLUMNS = (
 )
 
 
+_ROW_KEYS = ("mode", "dataset", "model", "metric", "format", "rounding", "score")
+
+
+def check_rows(rows: Any) -> None:
+    """InputError unless `rows` is a list of result rows (dicts with the keys a report reads)."""
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
+        raise InputError(f"a report takes a list of result rows (dicts), got {type(rows).__name__}.")
+    for r in rows:
+        missing = [k for k in _ROW_KEYS if k not in r]
+        if missing:
+            raise InputError(f"a result row lacks {missing}: {str(r)[:80]}")
+
+
 def pivot(rows: Sequence[dict[str, Any]]) -> dict[Block, dict[str, dict[str, float | None]]]:
     """``{(mode, dataset, model, metric): {format: {rounding: score}}}`` in first-seen order.
 
@@ -47,6 +63,7 @@ def pivot(rows: Sequence[dict[str, Any]]) -> dict[Block, dict[str, dict[str, flo
     >>> pivot(rows)
     {('ptq', 'd', 'm', 'accuracy'): {'e2m1': {'rz': 50.0}}}
     """
+    check_rows(rows)
     out: dict[Block, dict[str, dict[str, float | None]]] = {}
     for r in rows:
         block = (r["mode"], r["dataset"], r["model"], r["metric"])
@@ -69,6 +86,7 @@ def _average(values: list[float | None]) -> float | None:
 
 
 def _table_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[list[str]]]]:
+    check_rows(rows)
     cols = _columns(rows)
     blocks = []
     for (mode, dataset, model, metric), fmts in pivot(rows).items():
@@ -136,6 +154,7 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> N
     ...     print((pathlib.Path(d) / "r.csv").read_text().splitlines()[1])
     t,ptq,d,m,e2m1,rz,accuracy,50.0,90.0,-40.0,0,0.1
     """
+    check_rows(rows)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), extrasaction="ignore", lineterminator="\n")
     w.writeheader()

@@ -127,6 +127,15 @@ def expand_grid(spec: StudySpec) -> list[TrialConfig]:
     ...                           roundings=["nearest", "sr"], qat_pairs=[])))
     4
     """
+    if not isinstance(spec, StudySpec):
+        raise InputError(f"expand_grid takes a StudySpec, got {type(spec).__name__}.")
+    for label in ("formats", "roundings", "qat_formats", "qat_roundings", "ptq_pairs", "qat_pairs"):
+        value = getattr(spec, label)
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise InputError(f"StudySpec {label} must be a list, got {value!r} (write [{value!r}] for one).")
+    for pair in [*spec.ptq_pairs, *spec.qat_pairs]:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            raise InputError(f"StudySpec pairs are (dataset, model) tuples, got {pair!r}.")
     for name in [*spec.formats, *spec.qat_formats]:
         lookup_format(name)
     out: list[TrialConfig] = []
@@ -156,6 +165,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     ...
     anynum.errors.InputError: malformed --shard '4/4': expected i/n with 0 <= i < n, e.g. 0/4.
     """
+    if not isinstance(text, str):
+        raise InputError(f"--shard takes 'i/n' as text, e.g. '0/4'; got {text!r}.")
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if not m or not int(m.group(1)) < int(m.group(2)):
         raise InputError(f"malformed --shard {text!r}: expected i/n with 0 <= i < n, e.g. 0/4.")
@@ -169,6 +180,8 @@ def read_results(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     {}
     """
     rows: dict[str, dict[str, Any]] = {}
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"read_results takes a path, got {type(path).__name__}.")
     p = Path(path)
     if not p.exists():
         return rows
@@ -384,12 +397,26 @@ def run_study(
     (1, 0, 1)
     """
     start = time.perf_counter()
-    grid = expand_grid(trials) if isinstance(trials, StudySpec) else list(trials)
+    if isinstance(trials, StudySpec):
+        grid = expand_grid(trials)
+    elif isinstance(trials, (list, tuple)) and all(isinstance(t, TrialConfig) for t in trials):
+        grid = list(trials)
+    else:
+        raise InputError(
+            f"run_study takes a StudySpec or a list of TrialConfig, got {type(trials).__name__}."
+        )
     if shard is not None:
+        ok = isinstance(shard, tuple) and len(shard) == 2 and all(type(v) is int for v in shard)
+        if not ok or not 0 <= shard[0] < shard[1]:
+            raise InputError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}.")
         i, n = shard
         grid = grid[i::n]
-    if jobs < 1:
-        raise InputError(f"--jobs must be at least 1, got {jobs}.")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InputError(f"--jobs must be an integer of at least 1, got {jobs!r}.")
+    if progress not in ("auto", "bar", "log", "none"):
+        raise InputError(f"progress must be 'auto', 'bar', 'log' or 'none', got {progress!r}.")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise InputError(f"out_dir must be a path, got {type(out_dir).__name__}.")
     out = Path(out_dir)
     _check_writable(out)
     results_path = out / RESULTS_FILE

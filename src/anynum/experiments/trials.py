@@ -38,8 +38,8 @@ import torch
 from torch import nn
 
 from anynum.errors import InputError
-from anynum.experiments.datasets import DATASET_VERSION, Dataset, load_dataset
-from anynum.experiments.models import build_model
+from anynum.experiments.datasets import DATASET_VERSION, DATASETS, Dataset, load_dataset
+from anynum.experiments.models import MODELS, build_model
 from anynum.formats.base import Format
 from anynum.formats.registry import format as lookup_format
 from anynum.rounding import parse_rounding
@@ -115,10 +115,26 @@ class TrialConfig:
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
             raise InputError(f"unknown trial mode {self.mode!r}; expected 'ptq' or 'qat'.")
+        if self.dataset not in DATASETS:
+            raise InputError(f"unknown dataset {self.dataset!r}; expected one of {', '.join(DATASETS)}.")
+        if self.model not in MODELS:
+            raise InputError(f"unknown model {self.model!r}; expected one of {', '.join(MODELS)}.")
+        if not isinstance(self.format, str):
+            raise InputError(f"a trial's format is a name (e.g. 'e4m3fn'), got {self.format!r}.")
         object.__setattr__(self, "rounding", parse_rounding(self.rounding).value)
         lookup_format(self.format)  # fail early on an unknown name
+        for label in ("epochs", "batch", "seed"):
+            v = getattr(self, label)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise InputError(f"a trial's {label} must be an integer, got {v!r}.")
         if self.epochs < 1 or self.batch < 1:
             raise InputError(f"epochs and batch must be positive, got {self.epochs} and {self.batch}.")
+        lr = self.lr
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0
+                               or not math.isfinite(lr)):
+            raise InputError(
+                f"a trial's lr must be a positive number or None (the model's default), got {lr!r}."
+            )
 
     @property
     def learning_rate(self) -> float:
@@ -137,10 +153,20 @@ class TrialConfig:
         >>> TrialConfig.from_dict(c.as_dict()) == c
         True
         """
+        if not isinstance(d, dict):
+            raise InputError(
+                f"a trial config is a TrialConfig or a dict of its fields, got {type(d).__name__}."
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         extra = set(d) - names
         if extra:
             raise InputError(f"unknown trial config keys {sorted(extra)}.")
+        missing = [n for n in ("mode", "dataset", "model", "format") if n not in d]
+        if missing:
+            raise InputError(
+                f"a trial config needs the keys mode, dataset, model and format; got {sorted(d)}, "
+                f"without {missing}."
+            )
         return cls(**d)
 
     def baseline_key(self) -> dict[str, Any]:
@@ -195,6 +221,11 @@ def evaluate(model: nn.Module, data: Dataset) -> float:
     >>> 0.0 <= evaluate(build_model("mlp", d), d) <= 100.0
     True
     """
+    if not isinstance(model, nn.Module) or not isinstance(data, Dataset):
+        raise InputError(
+            f"evaluate(model, data) takes a torch.nn.Module and an anynum Dataset (load_dataset(name)), "
+            f"got {type(model).__name__} and {type(data).__name__}."
+        )
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -340,6 +371,8 @@ def train_baseline(
     >>> score > 30.0
     True
     """
+    if not isinstance(cfg, TrialConfig):
+        raise InputError(f"train_baseline needs a TrialConfig, got {type(cfg).__name__}.")
     with _trial_environment():
         key_json = json.dumps(cfg.baseline_key(), sort_keys=True)
         state, score = _baseline_cached(key_json, None if cache_dir is None else str(cache_dir))

@@ -34,6 +34,7 @@ from anynum.kernels import compile_mode, fused_round, use_fused, working_dtype
 from anynum.kernels.cfloat import cfloat_params, cfloat_round
 from anynum.kernels.fused import compile_min
 from anynum.kernels.native import native_cast_dtype, native_round_trip
+from anynum.nn.checks import check_seed, check_tensor
 from anynum.nn.streams import register_stream_hooks
 from anynum.quantize import _quantize_tensor, check_representable, quantize
 from anynum.rounding import Rounding, RoundingLike, make_random_source, parse_rounding
@@ -368,6 +369,7 @@ def quantizer(
     >>> y.backward(torch.tensor([0.1, 1000.0])); x.grad.tolist()
     [0.09375, 1024.0]
     """
+    check_seed(seed, "anynum.nn.quantizer")
     fwd = _direction(forward, forward_rounding, forward_overflow, forward_rand_bits, generator, seed)
     bwd_seed = None if seed is None else seed + 1
     bwd_gen = None
@@ -376,7 +378,7 @@ def quantizer(
     bwd = _direction(backward, backward_rounding, backward_overflow, backward_rand_bits, bwd_gen, bwd_seed)
 
     def f(x: torch.Tensor) -> torch.Tensor:
-        return apply_pair(x, fwd, bwd)
+        return apply_pair(check_tensor(x, "anynum.nn.quantizer(...)"), fwd, bwd)
 
     return f
 
@@ -434,6 +436,7 @@ class Quantizer(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
+        check_seed(seed, "anynum.Quantizer")
         self.fwd = _direction(forward, forward_rounding, forward_overflow, forward_rand_bits, generator, seed)
         self.bwd = _direction(
             backward,
@@ -446,6 +449,8 @@ class Quantizer(nn.Module):
         register_stream_hooks(self, _quantizer_streams)  # state_dict saves the random streams
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if type(x) is not torch.Tensor:  # (the common case skips the full check)
+            check_tensor(x, "anynum.Quantizer")
         return apply_pair(x, self.fwd, self.bwd)
 
     def extra_repr(self) -> str:

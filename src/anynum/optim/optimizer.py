@@ -16,6 +16,7 @@ import torch
 from torch._utils import _unflatten_dense_tensors
 
 from anynum.errors import AnynumError
+from anynum.nn.checks import check_flag, check_seed
 from anynum.nn.quantizer import NumberLike, Rounder, resolve_number
 from anynum.nn.streams import load_stream_state, stream_state
 from anynum.optim.scaling import LossScale, make_loss_scale
@@ -127,6 +128,14 @@ class QuantizedOptimizer:
                 f"QuantizedOptimizer wraps a torch.optim.Optimizer, got {type(optimizer).__name__}."
             )
         self.optimizer = optimizer
+        check_seed(seed, "QuantizedOptimizer")
+        if state is not None and not isinstance(state, Mapping):
+            raise AnynumError(
+                f"QuantizedOptimizer state= takes a dict {{state_name: format or None}}, got "
+                f"{type(state).__name__}; e.g. state={{'exp_avg': 'bf16'}}."
+            )
+        if master_weights is not None:
+            check_flag(master_weights, "master_weights", "QuantizedOptimizer")
 
         def r(value: NumberLike, k: int) -> Rounder | None:
             return resolve_number(value, rounding, None if seed is None else seed + k)
