@@ -402,10 +402,11 @@ def run_route(name: str, run: Callable[[], torch.Tensor | None], fmt: an.Format,
 def known_k2(
     fmt: an.Format, dtype: torch.dtype, overflow: str, x: torch.Tensor, y: torch.Tensor
 ) -> torch.Tensor:
-    """K2: where ±inf inputs give ±inf under saturate because fmt.max exceeds the dtype's range."""
-    if overflow != "saturate" or _inner(fmt).max <= torch.finfo(dtype).max:
+    """K2: where results are ±inf because fmt.max exceeds the dtype's range: ±inf inputs under
+    saturate, and values wrapped beyond the dtype's range under wrap."""
+    if overflow not in ("saturate", "wrap") or _inner(fmt).max <= torch.finfo(dtype).max:
         return torch.zeros_like(y, dtype=torch.bool)
-    return torch.isinf(x) & torch.isinf(y)
+    return torch.isinf(y) & (torch.isinf(x) | (overflow == "wrap"))
 
 
 def known_k3(fmt: an.Format) -> bool:

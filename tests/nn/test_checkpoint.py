@@ -44,7 +44,7 @@ class Net(nn.Module):
         return self.q(self.fc(out[:, -1]))  # at the end: its inputs and errors are not on a grid yet
 
 
-def build(seed: int | None) -> tuple[nn.Module, an.optim.QuantizedOptimizer]:
+def build(seed: int | None, device: str = "cpu") -> tuple[nn.Module, an.optim.QuantizedOptimizer]:
     """Model and optimizer with stochastic rounding in every category.
 
     ``seed=None``: the policy and optimizer seeds are drawn from torch's global generator at
@@ -57,7 +57,7 @@ def build(seed: int | None) -> tuple[nn.Module, an.optim.QuantizedOptimizer]:
         buffer=sr("bf16"), seed=seed,
     )
     torch.manual_seed(0)
-    model = an.nn.convert(Net(), policy)
+    model = an.nn.convert(Net().to(device), policy)
     opt = an.optim.QuantizedOptimizer(
         torch.optim.Adam(model.parameters(), lr=0.01),
         weight=sr("bf16"), grad=sr("e5m2"), momentum=sr("bf16"), second_moment=sr("fp16"),
@@ -67,9 +67,10 @@ def build(seed: int | None) -> tuple[nn.Module, an.optim.QuantizedOptimizer]:
 
 
 def train(model: nn.Module, opt: an.optim.QuantizedOptimizer, steps: range) -> None:
+    device = next(model.parameters()).device
     for step in steps:
         g = torch.Generator().manual_seed(step)  # the data of step k, whoever runs it
-        x, y = torch.randn(8, 2, 6, generator=g), torch.randn(8, 2, generator=g)
+        x, y = torch.randn(8, 2, 6, generator=g).to(device), torch.randn(8, 2, generator=g).to(device)
         opt.zero_grad()
         opt.scale_loss(nn.functional.mse_loss(model(x), y)).backward()
         opt.step()
@@ -103,9 +104,9 @@ def save_checkpoint(path: Path, model: nn.Module, opt: an.optim.QuantizedOptimiz
     torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
 
 
-def resume(path: Path, seed: int | None) -> dict[str, torch.Tensor]:
+def resume(path: Path, seed: int | None, device: str = "cpu") -> dict[str, torch.Tensor]:
     """Build everything anew, load the checkpoint (weights_only) and train steps 3..5."""
-    model, opt = build(seed)
+    model, opt = build(seed, device)
     ck = torch.load(path, weights_only=True)
     model.load_state_dict(ck["model"])  # strict: the stream entries are known keys
     opt.load_state_dict(ck["opt"])
@@ -113,21 +114,29 @@ def resume(path: Path, seed: int | None) -> dict[str, torch.Tensor]:
     return snapshot(model, opt)
 
 
-def uninterrupted(path: Path, seed: int | None) -> dict[str, torch.Tensor]:
-    model, opt = build(seed)
+def uninterrupted(path: Path, seed: int | None, device: str = "cpu") -> dict[str, torch.Tensor]:
+    model, opt = build(seed, device)
     train(model, opt, range(3))
     save_checkpoint(path, model, opt)
     train(model, opt, range(3, 6))
     return snapshot(model, opt)
 
 
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("seed", [None, 5])
-def test_resumed_run_is_bit_identical_in_process(tmp_path, seed):
+def test_resumed_run_is_bit_identical_in_process(tmp_path, seed, device):
     path = tmp_path / "ck.pt"
-    want = uninterrupted(path, seed)
+    want = uninterrupted(path, seed, device)
     torch.manual_seed(12345)  # global state unlike the first run's: the checkpoint must carry it all
-    got = resume(path, seed)
+    got = resume(path, seed, device)
     assert_bitwise_equal(got, want)
+    if device == "cuda":
+        ck = torch.load(path, weights_only=True)
+        assert any(k.endswith(".state.cuda:0") for k in ck["model"])
 
 
 def test_resumed_run_is_bit_identical_in_a_fresh_process(tmp_path):
