@@ -53,7 +53,7 @@ from anynum.formats import (
     format,
     list_formats,
 )
-from anynum.quantize import decode, dequantize_int, encode, quantize, quantize_int
+from anynum.quantize import decode, dequantize_int, encode, quantize, quantize_block, quantize_int
 from anynum.rounding import Rounding
 
 __version__ = "0.1.0"
@@ -104,6 +104,7 @@ __all__ = [
     "format",
     "list_formats",
     "quantize",
+    "quantize_block",
     "quantize_int",
 ]
 

@@ -1,8 +1,7 @@
 """The differential fuzzer's pieces: format and input strategies, the kernel routes, the checks.
 
-`kernel_routes` is the one place that knows which kernels exist; when the router
-(``anynum.kernels.route``) lands, it lists the kernels covering a call and this function
-becomes a thin wrapper around it.
+`kernel_routes` is the one place that knows which kernels exist: it asks the router
+(``anynum.kernels.route``) for every registered kernel covering a call.
 
 Run modes (see tests/fuzz/conftest.py): a bounded, derandomized run inside the normal test
 suite, and a long run with ``pytest -m fuzz`` (``--fuzz-examples=N``, ``--fuzz-seed=S``).
@@ -10,10 +9,11 @@ suite, and a long run with ``pytest -m fuzz`` (``--fuzz-examples=N``, ``--fuzz-s
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -24,9 +24,7 @@ from hypothesis import strategies as st
 import anynum as an
 from anynum.errors import AnynumError, FormatError
 from anynum.formats.block import SCALE_RULES
-from anynum.kernels import fused_round, round_to_format
-from anynum.kernels.cfloat import cfloat_params, cfloat_round
-from anynum.kernels.native import native_cast_dtype, native_round_trip
+from anynum.kernels import route
 from anynum.rounding import CounterRandom, RandomSource, Rounding
 
 LONG = os.environ.get("ANYNUM_FUZZ_LONG") == "1"
@@ -287,12 +285,26 @@ def as_tensor(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         return torch.from_numpy(values).to(dtype)
 
 
-# --- the kernel routes (switch to anynum.kernels.route when the router lands) ---------------------
+# --- the kernel routes: the router's list (anynum.kernels.route) -----------------------------------
+
+
+@contextlib.contextmanager
+def _compile_setting(value: str) -> Iterator[None]:
+    """ANYNUM_COMPILE=value for a moment: kernels read it in `covers` (c-float only under "auto")."""
+    before = os.environ.get("ANYNUM_COMPILE")
+    os.environ["ANYNUM_COMPILE"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ANYNUM_COMPILE", None)
+        else:
+            os.environ["ANYNUM_COMPILE"] = before
 
 
 def kernel_routes(
     fmt: an.Format,
-    xw: torch.Tensor,
+    x: torch.Tensor,
     mode: Rounding,
     overflow: str,
     rng: RandomSource | None,
@@ -300,29 +312,26 @@ def kernel_routes(
     *,
     compiled: bool,
 ) -> dict[str, Callable[[], torch.Tensor | None]]:
-    """Every kernel that covers rounding `xw` (already in the working dtype), by name.
+    """Every registered kernel that covers rounding `x` (whatever ANYNUM_COMPILE says), by name.
 
-    Each entry computes the result (in xw's dtype), or None where that kernel turns out
-    not to be available on this machine (no C compiler). `compiled` adds the compiled
-    path (slow to build: callers use it on a fixed small set of formats).
+    Each entry runs that kernel alone (its size limits ignored) and returns its result, or
+    None where it declines at run time (no C compiler). `compiled` keeps the compiled kernel
+    (slow to build: callers use it on a fixed small set of formats).
     """
-    routes: dict[str, Callable[[], torch.Tensor | None]] = {
-        "eager": lambda: round_to_format(fmt, xw, mode, overflow, rng, rand_bits),
-    }
-    params = cfloat_params(fmt, mode, overflow, xw.dtype) if xw.device.type == "cpu" else None
-    if params is not None:
-        routes["c_loop"] = lambda: cfloat_round(xw, params)
-    native = native_cast_dtype(fmt, mode, overflow, xw)
-    if native is not None:
-        routes["native_cast"] = lambda: native_round_trip(xw, native)
-    if compiled:
+    call = route.Call(fmt, mode, overflow, rand_bits, x.dtype, x.device.type, route.random_kind(rng))
+    with _compile_setting("auto"):
+        covering = [k for k in route.kernels() if k.covers(call)]
+    routes: dict[str, Callable[[], torch.Tensor | None]] = {}
+    for kernel in covering:
+        if kernel.name == "compiled" and not compiled:
+            continue
 
-        def run_compiled() -> torch.Tensor:
-            with warnings.catch_warnings():
+        def run(kernel: route.Kernel = kernel) -> torch.Tensor | None:
+            with _compile_setting("auto"), warnings.catch_warnings():
                 warnings.simplefilter("error", RuntimeWarning)  # a failed compile must not hide as eager
-                return fused_round(fmt, xw, mode, overflow, rng, rand_bits)
+                return kernel.round(call, x.detach(), rng, None)
 
-        routes["compiled"] = run_compiled
+        routes[kernel.name] = run
     return routes
 
 

@@ -42,7 +42,6 @@ from hypothesis import strategies as st
 
 import anynum as an
 from anynum.errors import AnynumError, FormatError
-from anynum.kernels import working_dtype
 from anynum.rounding import Rounding
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
@@ -142,8 +141,7 @@ def test_routes_agree_and_rounding_is_right(case):
     policy = fmt.check_overflow(overflow)
 
     # every kernel route: the front door's result, bit for bit
-    xw = x.to(working_dtype(fmt, x.dtype))
-    for name, run in kernel_routes(fmt, xw, mode, policy, rng, rand_bits, compiled=False).items():
+    for name, run in kernel_routes(fmt, x, mode, policy, rng, rand_bits, compiled=False).items():
         r = run_route(name, run, fmt, x.dtype)
         if r is not None:
             assert same(r.to(x.dtype), y), f"route {name}: {diff(x, r, y)}"
@@ -253,8 +251,7 @@ def test_fast_routes_agree(case):
     if y is None:
         return
     policy = fmt.check_overflow(overflow)
-    xw = x.to(working_dtype(fmt, x.dtype))
-    for name, run in kernel_routes(fmt, xw, mode, policy, None, None, compiled=False).items():
+    for name, run in kernel_routes(fmt, x, mode, policy, None, None, compiled=False).items():
         r = run_route(name, run, fmt, x.dtype)
         if r is not None:
             assert same(r.to(x.dtype), y), f"route {name}: {diff(x, r, y)}"
@@ -292,8 +289,7 @@ def test_compiled_route_agrees(case):
     x = torch.from_numpy(values).float()
     rng = rng_for(mode, seed)
     policy = fmt.check_overflow(None)
-    xw = x.to(working_dtype(fmt, x.dtype))
-    routes = kernel_routes(fmt, xw, mode, policy, rng, rand_bits, compiled=True)
+    routes = kernel_routes(fmt, x, mode, policy, rng, rand_bits, compiled=True)
     ref = routes["eager"]()
     got = routes["compiled"]()
     assert same(got, ref), diff(x, got, ref)

@@ -230,7 +230,7 @@ class FloatFormat(Format):
             return self._magnitude_mask if self.signed else self._magnitude_mask - 1
         raise FormatError(f"{self.display_name()} has no infinity code.")
 
-    def _decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
         codes = codes.to(torch.int64)
         mag = codes & self._magnitude_mask
         negative = ((codes >> (self.exp_bits + self.man_bits)) & 1).bool() if self.signed else None
@@ -259,7 +259,7 @@ class FloatFormat(Format):
                 value = torch.where(codes == (1 << (self.bits - 1)), torch.nan, value)
         return value
 
-    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
+    def encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
         a = torch.abs(y)
         finite_nonzero = (a < torch.inf) & (a > 0)  # not isfinite: it does not vectorize in Inductor
         safe = torch.where(finite_nonzero, a, torch.ones_like(a))

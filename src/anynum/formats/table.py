@@ -43,9 +43,9 @@ import numpy as np
 import torch
 
 from anynum.errors import FormatError, RepresentabilityError
-from anynum.formats.base import Format
+from anynum.formats.base import Format, hook
 
-__all__ = ["TIE_POLICIES", "Table"]
+__all__ = ["TIE_POLICIES", "Table", "TableLookup"]
 
 #: Tie policies of ``rounding="nearest"``; "even_index" is accepted as an alias of "even".
 TIE_POLICIES = ("smaller_magnitude", "away", "even", "down", "up")
@@ -103,7 +103,7 @@ def _midpoint_floor(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 @dataclass
-class _Lookup:
+class TableLookup:
     """The tensors a Table's kernel works with, on one device."""
 
     values: torch.Tensor  # float64, sorted
@@ -170,6 +170,7 @@ class Table(Format):
     boundaries: tuple[float, ...] | None = field(default=None, kw_only=True, repr=False)
 
     overflow_policies: ClassVar[tuple[str, ...]] = ("saturate",)
+    spec_parameters: ClassVar[dict[str, str]] = {"table": "values"}
 
     def __init__(
         self,
@@ -413,7 +414,7 @@ class Table(Format):
         return "saturate"
 
     # --- codes ------------------------------------------------------------------------------
-    def _build_lookup(self) -> _Lookup:
+    def _build_lookup(self) -> TableLookup:
         vals = self._array  # type: ignore[attr-defined]
         if len(vals) < 2:
             bound, exact = np.zeros(0), np.zeros(0, dtype=bool)
@@ -424,7 +425,7 @@ class Table(Format):
             exact = np.ones(len(bound), dtype=bool)
         zero = int(np.searchsorted(vals, 0.0))
         zero_index = zero if zero < len(vals) and vals[zero] == 0.0 else -1
-        return _Lookup(
+        return TableLookup(
             torch.from_numpy(vals.copy()),
             torch.from_numpy(bound.copy()),
             torch.from_numpy(exact.copy()),
@@ -432,13 +433,13 @@ class Table(Format):
             zero_index,
         )
 
-    def _lookup(self, device: torch.device) -> _Lookup:
+    def lookup(self, device: torch.device) -> TableLookup:
         """The lookup tensors on `device` (built once per device; CPU ones at construction)."""
         cache: dict[str, Any] = self._cache  # type: ignore[attr-defined]
         key = str(device)
         if key not in cache:
-            cpu: _Lookup = cache["cpu"]
-            cache[key] = _Lookup(
+            cpu: TableLookup = cache["cpu"]
+            cache[key] = TableLookup(
                 cpu.values.to(device),
                 cpu.bound.to(device),
                 cpu.bound_exact.to(device),
@@ -463,16 +464,16 @@ class Table(Format):
                 "exactly; quantize a float64 tensor instead (x.double()) to avoid double rounding."
             )
 
-    def _decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
-        lut = self._lookup(codes.device)
+    def decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
+        lut = self.lookup(codes.device)
         n = lut.values.numel()
         codes = codes.to(torch.int64)
         valid = (codes >= 0) & (codes < n)
         v = lut.values[torch.clamp(codes, 0, n - 1)]
         return torch.where(valid, v, torch.full_like(v, torch.nan))
 
-    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
-        lut = self._lookup(y.device)
+    def encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
+        lut = self.lookup(y.device)
         idx = torch.searchsorted(lut.values, y.to(torch.float64).contiguous())
         return torch.where(y != y, -1, torch.clamp(idx, 0, lut.values.numel() - 1))  # -1: NaN has no code
 
@@ -523,8 +524,7 @@ def _check_boundaries(boundaries: Any, vals: np.ndarray) -> np.ndarray:
 def _zero_and_negative_rules(fmt: Format, vals: np.ndarray) -> tuple[bool, str]:
     """(signed_zero, negative) of `fmt`: whether -0.0 rounds to -0.0, and whether a negative
     input beyond its values gives NaN (unsigned float formats) rather than saturating."""
-    from anynum.quantize import quantize
-
+    quantize = hook("quantize")  # the front door, installed by anynum.quantize
     big = float(np.max(np.abs(vals))) if vals.size else 1.0
     y = quantize(torch.tensor([-0.0, -2.0 * big - 1.0], dtype=torch.float64), fmt, overflow="saturate")
     signed_zero = bool(y[0] == 0) and bool(torch.signbit(y[0]))
@@ -533,9 +533,8 @@ def _zero_and_negative_rules(fmt: Format, vals: np.ndarray) -> tuple[bool, str]:
 
 def _check_parity_rule(table: Table, fmt: Format) -> None:
     """Raise FormatError unless `table` breaks ties and rounds to odd exactly like `fmt`."""
-    from anynum.quantize import quantize
-
-    lut = table._lookup(torch.device("cpu"))
+    quantize = hook("quantize")  # the front door, installed by anynum.quantize (formats import nothing above)
+    lut = table.lookup(torch.device("cpu"))
     if lut.values.numel() < 2:
         return
     ties = lut.bound[lut.bound_exact]
@@ -564,7 +563,7 @@ def _posit_boundaries(fmt: Any) -> np.ndarray:
     except FormatError as exc:
         raise FormatError(f"Table.from_format cannot place the boundaries of {fmt!r}: {exc}") from None
     odd = torch.arange(1, 2 * fmt.maxpos_code, 2, dtype=torch.int64)  # 2L+1 for L = 0 .. maxpos-1
-    pos = wider._decode_torch(odd).numpy()
+    pos = wider.decode_torch(odd).numpy()
     # Sorted values: -maxpos .. -minpos, 0, minpos .. maxpos; boundaries mirror around 0.
     return np.concatenate([-pos[::-1], pos])
 

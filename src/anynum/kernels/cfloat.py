@@ -16,36 +16,28 @@ the reference bit for bit (tests/kernels/test_cfloat.py compares them on every
 float16 and bfloat16 pattern, random float32 bit patterns and special values,
 for every deterministic mode, overflow policy and many formats).
 
-The library is built with the C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) for this CPU
-(``-march=native``) into ``$ANYNUM_CACHE_DIR`` (default ``~/.cache/anynum``),
-keyed by a hash of the source, compiler and CPU features. No compiler, or a
-failed build, warns once and leaves the callers on their other paths;
-``ANYNUM_COMPILE=0`` keeps them off this path too.
+The library is built and loaded by `anynum.kernels.nativelib`: the system C
+compiler, once per user and machine, into a private, verified cache (see
+docs/security.md). No compiler, or a failed build, warns once and leaves the
+callers on their other paths; ``ANYNUM_COMPILE=0`` keeps them off this path too.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
-import warnings
-from pathlib import Path
 
 import torch
 
 from anynum.formats.base import Format
 from anynum.formats.floating import FloatFormat
-from anynum.kernels.fused import compile_mode
 from anynum.kernels.native import float32_cast_dtype
-from anynum.rounding import Rounding
+from anynum.kernels.nativelib import NativeSource, load
+from anynum.kernels.route import Call, Kernel, can_write_while_reading, register
+from anynum.kernels.settings import compile_mode, compiles_at
+from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["CFloatParams", "cfloat_params", "cfloat_round", "cfloat_round_auto"]
+__all__ = ["CFloatKernel", "CFloatParams", "cfloat_params", "cfloat_round"]
 
 # One loop per rounding mode (a switch inside the loop would stop vectorisation); the
 # format's flags are loop-invariant selects. Every line mirrors a torch op of the
@@ -280,85 +272,44 @@ def cfloat_round(
     return y
 
 
-def cfloat_round_auto(
-    fmt: Format, x: torch.Tensor, mode: Rounding, overflow: str, out: torch.Tensor | None = None
-) -> torch.Tensor | None:
-    """`x` (working dtype) rounded by the C loop where it applies and ``ANYNUM_COMPILE`` is "auto", else None.
+class CFloatKernel(Kernel):
+    """The C loop in the router: float32 CPU tensors onto float formats, deterministic modes, below
+    the compiled kernels' size, while ``ANYNUM_COMPILE`` is "auto"."""
 
-    Callers check first that `x` is below the compiled path's size (`use_fused`). `out`, if
-    given, must be of x's dtype, and either x itself or not overlapping it.
-    """
-    if x.device.type != "cpu" or compile_mode() != "auto":
-        return None
-    params = cfloat_params(fmt, mode, overflow, x.dtype)
-    return None if params is None else cfloat_round(x, params, out)
+    name = "c-float"
+    rank = 10
 
+    def covers(self, call: Call) -> bool:
+        return (
+            call.device == "cpu"
+            and compile_mode() == "auto"
+            and cfloat_params(call.fmt, call.mode, call.overflow, call.dtype) is not None
+        )
 
-def _cache_dir() -> Path:
-    """``$ANYNUM_CACHE_DIR``, else ``~/.cache/anynum``, else (not writable) a private temporary one."""
-    configured = os.environ.get("ANYNUM_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    home = Path(os.path.expanduser("~")) / ".cache" / "anynum"
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-        if os.access(home, os.W_OK):
-            return home
-    except OSError:
-        pass
-    private = Path(tempfile.gettempdir()) / f"anynum-cache-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    private.mkdir(mode=0o700, exist_ok=True)
-    return private
+    def accepts(self, call: Call, numel: int) -> bool:
+        return not compiles_at(numel)
+
+    def round(
+        self, call: Call, x: torch.Tensor, rng: RandomSource | None, out: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        params = cfloat_params(call.fmt, call.mode, call.overflow, call.dtype)
+        assert params is not None
+        into = out if out is not None and can_write_while_reading(x, out) else None
+        return cfloat_round(x, params, into)  # None without a C compiler: the next kernel runs
 
 
-def _cpu_features() -> str:
-    """What this CPU offers (Linux: its flags), so a library built for one CPU is not loaded on another."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def _build(compiler: str, target: Path, native: bool) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "cfloat.c"
-        src.write_text(_SOURCE)
-        lib = Path(tmp) / target.name
-        # IEEE semantics kept: no -ffast-math; these two only let libm's rint/floor/... inline.
-        flags = ["-O3", "-std=c99", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math"]
-        if native:
-            flags.append("-march=native")  # the library is keyed by this CPU's features
-        cmd = [*compiler.split(), *flags, str(src), "-o", str(lib), "-lm"]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(lib, target)  # atomic: concurrent processes see a whole library or none
+_NATIVE = NativeSource("cfloat", _SOURCE)
 
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    found = (shutil.which(c) for c in ("cc", "gcc", "clang"))
-    compiler = os.environ.get("CC") or next((c for c in found if c), "cc")
-    identity = f"{_SOURCE}|{compiler}|{platform.machine()}|{sys.platform}|{_cpu_features()}"
-    target = _cache_dir() / f"cfloat-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.so"
-    try:
-        if not target.exists():
-            try:
-                _build(compiler, target, native=True)
-            except subprocess.CalledProcessError:  # a compiler without -march=native
-                _build(compiler, target, native=False)
-        lib = ctypes.CDLL(str(target))
-    except Exception as exc:  # no compiler, no writable cache, an unloadable library
-        warnings.warn(
-            f"anynum: could not build the C rounding loop ({type(exc).__name__}: {exc}); "
-            "using the other paths (set ANYNUM_COMPILE=0 to silence).",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    lib = load(_NATIVE)
+    if lib is None:
         return None
     fn = lib.anynum_round_float32
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(_Params)]
     fn.restype = None
     return lib
+
+
+register(CFloatKernel())

@@ -65,7 +65,7 @@ def _round_table(
     rand_bits: int | None,
 ) -> torch.Tensor:
     x = x.to(torch.float64)
-    lut = fmt._lookup(x.device)
+    lut = fmt.lookup(x.device)
     vals = lut.values
     size = vals.numel()
     nan = torch.isnan(x)

@@ -68,8 +68,9 @@ class Policy:
     its own stream).
 
     Args:
-        weight, bias: parameters (through `torch.nn.utils.parametrize`; the stored
-            tensor stays the full-precision "original").
+        weight: the weight parameters (through `torch.nn.utils.parametrize`; the
+            stored tensor stays the full-precision "original").
+        bias: the bias parameters, likewise (default: the weight's number).
         activation: layer inputs (`activation_at="input"`, Qtorch+ style), outputs,
             or both; also every gate/softmax inside RNN and attention layers.
         error: gradients flowing back through the activation points.
