@@ -151,7 +151,7 @@ def test_good_inputs_still_work():
 
 # --- in code being rewritten elsewhere (quantize.py, Rounder internals): reported, strict xfail --------
 
-_LEAD = "reported to the lead: the fix belongs in src/anynum/quantize.py"
+_LEAD = "reported to the lead: the fix belongs in src/anynum/quantize/integer.py"
 
 
 @pytest.mark.xfail(strict=True, raises=(TypeError, ZeroDivisionError, AttributeError), reason=_LEAD)
@@ -178,7 +178,7 @@ def test_quantize_int_symmetric_must_be_a_bool():
 @pytest.mark.xfail(
     strict=True,
     raises=AttributeError,
-    reason="reported to the lead: Rounder.__call__ (its internals are being rewritten) takes a NumPy "
+    reason="reported to the lead: Rounder.__call__ (src/anynum/quantize/rounder.py) takes a NumPy "
     "array and fails with AttributeError; an.Quantizer and an.nn.quantizer check their input",
 )
 def test_rounder_call_on_a_non_tensor():

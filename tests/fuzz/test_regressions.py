@@ -23,7 +23,7 @@ from anynum.errors import AnynumError
     "RuntimeError 'value cannot be converted to type float without overflow' instead of an "
     "AnynumError or a result: on float16/bfloat16 inputs always, on float32 inputs whenever the "
     "C loop does not take the call (ANYNUM_COMPILE=0, stochastic modes, ...) "
-    "(src/anynum/kernels/eager.py, src/anynum/quantize.py)",
+    "(src/anynum/kernels/eager.py, src/anynum/quantize/checks.py)",
 )
 @pytest.mark.parametrize(
     "fmt,dtype,mode",
@@ -47,7 +47,7 @@ def test_k1_wide_format_on_narrower_input(fmt, dtype, mode):
     "format's range); when fmt.max exceeds the input dtype's range (fp64 on float32, uint16 on "
     "float16) the result is cast back to ±inf: neither a value of the format nor an error; "
     "check_representable looks at saturating directed roundings of finite inputs only "
-    "(src/anynum/kernels/eager.py apply_overflow, src/anynum/quantize.py)",
+    "(src/anynum/kernels/eager.py apply_overflow, src/anynum/quantize/checks.py)",
 )
 @pytest.mark.parametrize(
     "fmt,dtype,overflow,x",
@@ -73,7 +73,7 @@ def test_k2_saturate_of_inf_into_a_wider_format(fmt, dtype, overflow, x):
     reason="K3: 64-bit formats' codes do not fit int64: encode returns the bit pattern of a negative "
     "value as a negative int64, which decode then refuses ('codes ... lie in [0, 2**64)'); "
     "decode(encode(x)) fails for every negative fp64 value and -0.0 "
-    "(src/anynum/formats/floating.py, src/anynum/quantize.py decode)",
+    "(src/anynum/formats/floating.py, src/anynum/quantize/codes.py decode)",
 )
 def test_k3_fp64_codes_round_trip():
     x = torch.tensor([-0.0, -1.5, 2.0], dtype=torch.float64)
