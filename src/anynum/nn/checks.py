@@ -29,7 +29,11 @@ def _shown(value: Any) -> str:
 
 
 def check_module(model: Any, where: str) -> nn.Module:
-    """`model` if it is a torch.nn.Module, else AnynumError."""
+    """`model` if it is a torch.nn.Module, else AnynumError.
+
+    >>> type(check_module(nn.Linear(1, 1), "anynum.nn.convert")).__name__
+    'Linear'
+    """
     if not isinstance(model, nn.Module):
         raise AnynumError(
             f"{where} needs a torch.nn.Module as its model, got {_shown(model)}; "
@@ -39,7 +43,11 @@ def check_module(model: Any, where: str) -> nn.Module:
 
 
 def check_seed(seed: Any, where: str) -> int | None:
-    """None, or an int seed in [0, 2**63) (what torch generators take, with room for offsets)."""
+    """None, or an int seed in [0, 2**63) (what torch generators take, with room for offsets).
+
+    >>> check_seed(7, "anynum.Quantizer"), check_seed(None, "anynum.Quantizer")
+    (7, None)
+    """
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _SEED_LIMIT:
@@ -51,14 +59,24 @@ def check_seed(seed: Any, where: str) -> int | None:
 
 
 def check_flag(value: Any, name: str, where: str) -> bool:
-    """`value` if it is a bool (True/False), else AnynumError (a string such as 'no' is truthy)."""
+    """`value` if it is a bool (True/False), else AnynumError (a string such as 'no' is truthy).
+
+    >>> check_flag("no", "copy_model", "post_quantize")
+    Traceback (most recent call last):
+    ...
+    anynum.errors.AnynumError: post_quantize: copy_model must be True or False, got str ('no').
+    """
     if not isinstance(value, bool):
         raise AnynumError(f"{where}: {name} must be True or False, got {_shown(value)}.")
     return value
 
 
 def check_tensor(x: Any, where: str) -> torch.Tensor:
-    """`x` if it is a floating torch tensor, else InputError."""
+    """`x` if it is a floating torch tensor, else InputError.
+
+    >>> check_tensor(torch.ones(2), "anynum.Quantizer").tolist()
+    [1.0, 1.0]
+    """
     if not isinstance(x, torch.Tensor):
         raise InputError(
             f"{where} rounds torch tensors, got {_shown(x)}; convert it first "

@@ -249,6 +249,14 @@ def register_stream_hooks(module: nn.Module, streams_of: StreamsOf) -> tuple[Rem
     `streams_of` must be a module-level function (hooks are deep-copied and pickled with
     the module) returning ``{category: Rounder | CounterStream | None}``. Returns the hook
     handles (``handle.remove()`` undoes it).
+
+    >>> import torch
+    >>> def streams_of(module):
+    ...     return {"noise": module.stream}
+    >>> m = torch.nn.Identity(); m.stream = CounterStream(5, calls=3)
+    >>> handles = register_stream_hooks(m, streams_of)
+    >>> {k: int(v) for k, v in m.state_dict().items()}
+    {'_anynum_rng.noise.seed': 5, '_anynum_rng.noise.calls': 3}
     """
     return (
         module.register_state_dict_post_hook(_SaveStreams(streams_of)),
