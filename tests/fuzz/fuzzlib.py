@@ -14,6 +14,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -411,9 +412,9 @@ def run_route(name: str, run: Callable[[], torch.Tensor | None], fmt: an.Format,
 def known_k2(
     fmt: an.Format, dtype: torch.dtype, overflow: str, x: torch.Tensor, y: torch.Tensor
 ) -> torch.Tensor:
-    """K2: where results are ±inf because fmt.max exceeds the dtype's range: ±inf inputs under
-    saturate, and values wrapped beyond the dtype's range under wrap."""
-    if overflow not in ("saturate", "wrap") or _inner(fmt).max <= torch.finfo(dtype).max:
+    """K2: where results are ±inf because fmt.max exceeds the dtype's range: ±inf inputs (under
+    saturate, and under "nan" too), and values wrapped beyond the dtype's range under wrap."""
+    if _inner(fmt).max <= torch.finfo(dtype).max or (overflow == "inf" and _inner(fmt).has_inf):
         return torch.zeros_like(y, dtype=torch.bool)
     return torch.isinf(y) & (torch.isinf(x) | (overflow == "wrap"))
 
@@ -446,3 +447,33 @@ def known_k6(fmt: an.Format, y: torch.Tensor) -> torch.Tensor:
     ):
         return torch.zeros_like(y, dtype=torch.bool)
     return y.to(torch.float64) == -inner.smallest_subnormal
+
+
+def known_k7(fmt: an.Format, overflow: str, x: torch.Tensor) -> torch.Tensor:
+    """K7: where wrap is wrong for large inputs (|x| / step at or beyond 2**52, or beyond the dtype)."""
+    if overflow != "wrap":
+        return torch.zeros_like(x, dtype=torch.bool)
+    scaled = x.to(torch.float64).abs() / 2.0 ** _inner(fmt).step_exp
+    return ~(scaled < 2.0**52)
+
+
+def exact_wrap(fmt: an.Format, mode: Rounding, x: float) -> float:
+    """The exact result of rounding x onto fixed point/integers with wrap-around (deterministic modes)."""
+    step = Fraction(2) ** fmt.step_exp
+    f = Fraction(x) / step
+    lo = math.floor(f)
+    frac = f - lo
+    half = Fraction(1, 2)
+    up = {
+        Rounding.NEAREST_EVEN: frac > half or (frac == half and lo % 2 == 1),
+        Rounding.NEAREST_AWAY: frac > half or (frac == half and f > 0),
+        Rounding.NEAREST_ZERO: frac > half or (frac == half and f < 0),
+        Rounding.TOWARD_ZERO: frac > 0 and f < 0,
+        Rounding.UP: frac > 0,
+        Rounding.DOWN: False,
+        Rounding.ODD: frac > 0 and lo % 2 == 0,
+    }[mode]
+    n = (lo + int(up)) % (1 << fmt.bits)
+    if fmt.signed and n >= 1 << (fmt.bits - 1):
+        n -= 1 << fmt.bits
+    return float(n * step)

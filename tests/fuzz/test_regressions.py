@@ -124,3 +124,24 @@ def test_k6_no_zero_fnuz_rounds_onto_its_nan_code(fmt):
     smallest = float(fmt.values()[fmt.values() > 0].min())
     y = an.quantize(torch.tensor([-smallest, -smallest * 1.1], dtype=torch.float64), fmt)
     assert bool(torch.isin(y, torch.from_numpy(fmt.values())).all()), y.tolist()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="K7: overflow='wrap' of fixed point and integers is wrong for large inputs: IntFormat(8) "
+    "wraps 2**60, 2**100 and 1e300 (float64) to -128 instead of 0, and FixedPoint/IntFormat inputs "
+    "whose x / step overflows the float32 working dtype (3e38) give NaN; the exact wrap is "
+    "(round(x / step) mod 2**bits) in two's complement (src/anynum/kernels/eager.py, uniform rounding)",
+)
+@pytest.mark.parametrize(
+    "fmt,x,dtype",
+    [
+        (an.IntFormat(8), 2.0**60, torch.float64),
+        (an.IntFormat(8), 1e300, torch.float64),
+        (an.FixedPoint(8, 4), 3e38, torch.float32),
+        (an.FixedPoint(0, 1, signed=False), 3.4028234663852886e38, torch.float32),
+    ],
+)
+def test_k7_wrap_of_large_values(fmt, x, dtype):
+    y = an.quantize(torch.tensor([x], dtype=dtype), fmt, overflow="wrap")
+    assert y.item() == 0.0  # every x here is a multiple of 2**bits * step
