@@ -31,6 +31,7 @@ import torch
 
 from anynum.formats.base import Format
 from anynum.formats.floating import FloatFormat
+from anynum.kernels.eager import working_dtype
 from anynum.kernels.native import float32_cast_dtype
 from anynum.kernels.nativelib import NativeSource, load
 from anynum.kernels.route import Call, Kernel, can_write_while_reading, register
@@ -227,7 +228,7 @@ def cfloat_params(fmt: Format, mode: Rounding, overflow: str, dtype: torch.dtype
     if (
         not isinstance(fmt, FloatFormat)
         or dtype != torch.float32
-        or fmt.man_bits > 23
+        or working_dtype(fmt, dtype) != torch.float32
         or mode not in _MODES
         or overflow not in _OVERFLOW
         # torch's fp16/bf16 casts are vectorised and faster than this loop (its float8 casts are not)
@@ -279,6 +280,9 @@ class CFloatKernel(Kernel):
     name = "c-float"
     rank = 10
 
+    def __init__(self) -> None:
+        self._params: dict[Call, CFloatParams] = {}
+
     def covers(self, call: Call) -> bool:
         return (
             call.device == "cpu"
@@ -292,8 +296,11 @@ class CFloatKernel(Kernel):
     def round(
         self, call: Call, x: torch.Tensor, rng: RandomSource | None, out: torch.Tensor | None
     ) -> torch.Tensor | None:
-        params = cfloat_params(call.fmt, call.mode, call.overflow, call.dtype)
-        assert params is not None
+        params = self._params.get(call)
+        if params is None:
+            params = cfloat_params(call.fmt, call.mode, call.overflow, call.dtype)
+            assert params is not None
+            self._params[call] = params
         into = out if out is not None and can_write_while_reading(x, out) else None
         return cfloat_round(x, params, into)  # None without a C compiler: the next kernel runs
 

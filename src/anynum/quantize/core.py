@@ -21,6 +21,7 @@ from anynum.kernels.route import round_tensor
 from anynum.quantize.checks import (
     NUMPY_FLOATS,
     check_out,
+    check_overflow_fits,
     check_rand_bits,
     check_representable,
     check_tensor,
@@ -71,6 +72,7 @@ def quantize_tensor(
     """
     check_tensor(x)
     check_representable(fmt, x.dtype)
+    check_overflow_fits(fmt, overflow, x.dtype)
     check_out(out, x)
     with torch.no_grad():
         y = round_tensor(fmt, x.detach(), mode, overflow, rng, rand_bits, out)

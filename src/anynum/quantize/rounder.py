@@ -21,7 +21,7 @@ from anynum.formats.registry import format as lookup_format
 from anynum.kernels.customop import register_stream
 from anynum.kernels.route import Plan, plan_for
 from anynum.kernels.settings import compile_mode
-from anynum.quantize.checks import TORCH_FLOATS, check_rand_bits, check_representable
+from anynum.quantize.checks import TORCH_FLOATS, check_overflow_fits, check_rand_bits, check_representable
 from anynum.rounding import RandomSource, Rounding, RoundingLike, make_random_source, parse_rounding
 
 __all__ = ["Rounder"]
@@ -128,6 +128,7 @@ class Rounder:
             )
         with torch.device("cpu"):  # callers may be building modules under torch.device("meta")
             check_representable(self.fmt, dtype)
+            check_overflow_fits(self.fmt, self.overflow, dtype)
         self._checked.add(dtype)
 
     def plan(self, dtype: torch.dtype, device: str) -> Plan:
@@ -151,9 +152,14 @@ class Rounder:
         # What `quantize` does, minus the argument checks this object did once at construction.
         if torch.compiler.is_compiling():
             return self._as_custom_op(x)
+        if not isinstance(x, torch.Tensor):
+            raise AnynumError(
+                f"a Rounder rounds torch tensors, got {type(x).__name__}; use an.quantize for NumPy, "
+                "JAX and Dask arrays."
+            )
         plan = self.plan(x.dtype, x.device.type)
-        with torch.no_grad():
-            return plan.run(x.detach(), self._rng(x.device))
+        # Kernels build no autograd graph from a tensor that does not require grad.
+        return plan.run(x.detach() if x.requires_grad else x, self._rng(x.device))
 
     def _as_custom_op(self, x: torch.Tensor) -> torch.Tensor:
         """The same rounding as one opaque ``anynum::`` op, for torch.compile and torch.export."""
