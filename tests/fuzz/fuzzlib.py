@@ -388,67 +388,6 @@ def _inner(fmt: an.Format) -> an.Format:
     return fmt.element if isinstance(fmt, an.Block) else fmt
 
 
-def known_k1(fmt: an.Format, dtype: torch.dtype, exc: BaseException) -> bool:
-    """K1: a format wider than float32 on float16/bfloat16/float32 input: RuntimeError (eager kernel)."""
-    return (
-        isinstance(exc, RuntimeError)
-        and "without overflow" in str(exc)
-        and dtype in (torch.float16, torch.bfloat16, torch.float32)
-        and _inner(fmt).max > torch.finfo(torch.float32).max
-    )
-
-
-def run_route(name: str, run: Callable[[], torch.Tensor | None], fmt: an.Format, dtype: torch.dtype):
-    """A route's result, or None where it is unavailable here or hits the known finding K1."""
-    try:
-        return run()
-    except RuntimeError as exc:
-        if not known_k1(fmt, dtype, exc):
-            raise
-        count("known K1")
-        return None
-
-
-def known_k2(
-    fmt: an.Format, dtype: torch.dtype, overflow: str, x: torch.Tensor, y: torch.Tensor
-) -> torch.Tensor:
-    """K2: where results are ±inf because fmt.max exceeds the dtype's range: ±inf inputs (under
-    saturate, and under "nan" too), and values wrapped beyond the dtype's range under wrap."""
-    if _inner(fmt).max <= torch.finfo(dtype).max or (overflow == "inf" and _inner(fmt).has_inf):
-        return torch.zeros_like(y, dtype=torch.bool)
-    return torch.isinf(y) & (torch.isinf(x) | (overflow == "wrap"))
-
-
-def known_k3(fmt: an.Format) -> bool:
-    """K3: codes of 64-bit formats do not fit int64 (negative values' codes)."""
-    return fmt.bits >= 64
-
-
-def known_k4(fmt: an.Format) -> bool:
-    """K4: a float format without any finite value (FloatFormat(1, 0, ..., zero=False, 'p3109'))."""
-    inner = _inner(fmt)
-    return isinstance(inner, an.FloatFormat) and inner.bits <= 16 and inner.values().size == 0
-
-
-def known_k5(fmt: an.Format) -> bool:
-    """K5: flushed subnormals without negative zero (fnuz): negative subnormal codes decode to -0.0."""
-    inner = _inner(fmt)
-    return isinstance(inner, an.FloatFormat) and not inner.subnormals and not inner.has_negative_zero
-
-
-def known_k6(fmt: an.Format, y: torch.Tensor) -> torch.Tensor:
-    """K6: where a no-zero fnuz/P3109 format returns -smallest, whose code is its NaN."""
-    inner = _inner(fmt)
-    if not (
-        isinstance(inner, an.FloatFormat)
-        and not inner.zero
-        and inner.signed
-        and inner.specials in ("fnuz", "p3109")
-    ):
-        return torch.zeros_like(y, dtype=torch.bool)
-    return y.to(torch.float64) == -inner.smallest_subnormal
-
-
 def known_k7(fmt: an.Format, overflow: str, x: torch.Tensor) -> torch.Tensor:
     """K7: where wrap is wrong for large inputs (|x| / step at or beyond 2**52, or beyond the dtype)."""
     if overflow != "wrap":

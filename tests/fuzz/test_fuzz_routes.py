@@ -29,15 +29,8 @@ from fuzzlib import (
     fuzz,
     inputs,
     kernel_routes,
-    known_k1,
-    known_k2,
-    known_k3,
-    known_k4,
-    known_k5,
-    known_k6,
     known_k7,
     rng_for,
-    run_route,
     same,
     symmetric_values,
 )
@@ -75,11 +68,6 @@ def quantize_or_none(x, fmt, mode, **kw):
         note(f"refused: {exc}")
         count("refused (AnynumError)")
         return None
-    except RuntimeError as exc:
-        if not known_k1(fmt, x.dtype, exc):
-            raise
-        count("known K1")
-        return None
 
 
 def check_on_grid(fmt: an.Format, y: torch.Tensor, x: torch.Tensor, overflow: str) -> None:
@@ -88,17 +76,9 @@ def check_on_grid(fmt: an.Format, y: torch.Tensor, x: torch.Tensor, overflow: st
     fin = torch.isfinite(y64)
     if not isinstance(fmt, an.Block) and fmt.bits <= 16:
         vals = torch.from_numpy(fmt.values())
-        k6 = known_k6(fmt, y64)
-        if bool(k6.any()):
-            count("known K6")
-            fin &= ~k6
         member = torch.isin(y64[fin], vals)
         assert bool(member.all()), f"off the grid of {fmt!r}: {y64[fin][~member][:5].tolist()}"
     inf = torch.isinf(y64)
-    k2 = known_k2(fmt, y.dtype, overflow, x.reshape(-1), y.reshape(-1))
-    if bool(k2.any()):
-        count("known K2")
-        inf &= ~k2
     if bool(inf.any()):
         assert (fmt.has_inf and overflow == "inf") or (isinstance(fmt, an.Block) and fmt.tensor_scale), (
             f"±inf from {fmt!r} under overflow={overflow!r}"
@@ -132,9 +112,6 @@ def test_routes_agree_and_rounding_is_right(case):
     fmt, mode, overflow, rand_bits, dtype, values, seed = case
     note(f"{fmt!r} {mode} overflow={overflow} rand_bits={rand_bits} {dtype}")
     count("cases")
-    if known_k4(fmt):
-        count("known K4")
-        return
     x = as_tensor(values, dtype)
     rng = rng_for(mode, seed)
     kw = {"overflow": overflow, "generator": rng, "rand_bits": rand_bits}
@@ -146,14 +123,11 @@ def test_routes_agree_and_rounding_is_right(case):
 
     # every kernel route: the front door's result, bit for bit
     for name, run in kernel_routes(fmt, x, mode, policy, rng, rand_bits, compiled=False).items():
-        r = run_route(name, run, fmt, x.dtype)
+        r = run()
         if r is not None:
             assert same(r.to(x.dtype), y), f"route {name}: {diff(x, r, y)}"
             count(f"route {name}")
 
-    if bool(known_k2(fmt, y.dtype, policy, x, y).any()):
-        count("known K2")  # ±inf where the format has no infinity: the properties below do not apply
-        return
     k7 = known_k7(fmt, policy, x) & torch.isfinite(x)
     if bool(k7.any()):  # wrap of huge values: checked on the other elements (fixed point is elementwise)
         count("known K7")
@@ -188,9 +162,6 @@ def test_routes_agree_and_rounding_is_right(case):
             count("sign symmetry")
 
     # encode/decode invert each other
-    if bool(known_k6(fmt, y).any()):
-        count("known K6")  # (-smallest has the NaN code)
-        return
     if isinstance(fmt, an.Block):
         try:
             codes = fmt.encode(x, mode, **kw)
@@ -204,9 +175,6 @@ def test_routes_agree_and_rounding_is_right(case):
             assert not fmt.has_nan and bool(torch.isnan(y).any()), f"encode refused: {exc}"
             return
         assert codes.dtype == torch.int64
-        if known_k3(fmt) and bool((codes < 0).any()):
-            count("known K3")
-            return
         if fmt.bits < 63:
             assert bool(((codes >= 0) & (codes < 2**fmt.bits)).all()), codes
         back = an.decode(codes, fmt)
@@ -236,10 +204,7 @@ def test_codes_decode_and_encode_back(fmt, data):
     back = an.encode(values[real], fmt)
     # Codes of one value (flushed subnormals all read 0) come back as one of them: compare values.
     again = an.decode(back, fmt)
-    zero_sign = not known_k5(fmt)
-    assert same(again, values[real], zero_sign=zero_sign), (
-        f"{fmt!r}: {diff(codes[real], again, values[real])}"
-    )
+    assert same(again, values[real]), f"{fmt!r}: {diff(codes[real], again, values[real])}"
     unique = torch.unique(values[real]).numel() == int(real.sum()) and not torch.any(values[real] == 0)
     if unique:
         assert torch.equal(back, codes[real])
@@ -260,16 +225,13 @@ def test_fast_routes_agree(case):
     """Float formats on float32 CPU tensors, deterministic modes: the C loop and torch's casts."""
     fmt, mode, overflow, values = case
     count("fast cases")
-    if known_k4(fmt):
-        count("known K4")
-        return
     x = as_tensor(values, torch.float32)
     y = quantize_or_none(x, fmt, mode, overflow=overflow)
     if y is None:
         return
     policy = fmt.check_overflow(overflow)
     for name, run in kernel_routes(fmt, x, mode, policy, None, None, compiled=False).items():
-        r = run_route(name, run, fmt, x.dtype)
+        r = run()
         if r is not None:
             assert same(r.to(x.dtype), y), f"route {name}: {diff(x, r, y)}"
             count(f"route {name}")
