@@ -351,15 +351,14 @@ def same(a: torch.Tensor, b: torch.Tensor, *, zero_sign: bool = True) -> bool:
     return bool(ok.all())
 
 
-def diff(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> str:
-    """The first few elements where a and b differ, with their inputs."""
-    a64, b64, x64 = (
-        a.to(torch.float64).reshape(-1),
-        b.to(torch.float64).reshape(-1),
-        x.to(torch.float64).reshape(-1),
-    )
-    bad = ~((a64 == b64) & (torch.signbit(a64) == torch.signbit(b64)) | (torch.isnan(a64) & torch.isnan(b64)))
-    idx = torch.nonzero(bad).reshape(-1)[:5].tolist()
+def diff(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, zero_sign: bool = True) -> str:
+    """The first few elements where a and b differ (as `same` sees them), with their inputs."""
+    a64, b64 = a.to(torch.float64).reshape(-1), b.to(torch.float64).reshape(-1)
+    x64 = x.to(torch.float64).reshape(-1)
+    ok = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
+    if zero_sign:
+        ok &= (torch.signbit(a64) == torch.signbit(b64)) | torch.isnan(a64)
+    idx = torch.nonzero(~ok).reshape(-1)[:5].tolist()
     return "; ".join(f"x={float(x64[i])!r}: {float(a64[i])!r} vs {float(b64[i])!r}" for i in idx)
 
 
