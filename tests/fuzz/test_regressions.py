@@ -9,6 +9,7 @@ keeps looking for new ones.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,12 +100,25 @@ def test_k5_fnuz_without_subnormals_decodes_no_negative_zero():
     assert zeros.numel() and not bool(torch.signbit(zeros).any()), values.tolist()
 
 
+def test_table_rz_across_a_gap_that_straddles_zero_is_monotone():
+    """Found by the fuzzer (seed 4007): a table without 0 rounded -1.0 under "rz" to the positive
+    neighbour and 0.0 to the negative one (the nearer), so RZ was not monotone and flipped signs.
+    Fixed in the table kernel: across that gap RZ keeps x's sign, as float formats without zero do."""
+    tab = an.Table(np.linspace(-601.0, 11924.0, 4096))
+    x = torch.tensor([-1.0, -0.0, 0.0, 1.0], dtype=torch.float64)
+    y = an.quantize(x, tab, "rz")
+    assert torch.equal(torch.signbit(y), torch.signbit(x)) and bool((y[1:] >= y[:-1]).all()), y.tolist()
+    zeroless = an.FloatFormat(3, 2, subnormals=False, zero=False, specials="none")
+    assert torch.equal(an.quantize(x, an.Table(zeroless.values()), "rz"), an.quantize(x, zeroless, "rz"))
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="K7: overflow='wrap' of fixed point and integers is wrong for large inputs: IntFormat(8) "
     "wraps 2**60, 2**100 and 1e300 (float64) to -128 instead of 0, and FixedPoint/IntFormat inputs "
     "whose x / step overflows the float32 working dtype (3e38) give NaN; the exact wrap is "
-    "(round(x / step) mod 2**bits) in two's complement (src/anynum/kernels/eager.py, uniform rounding)",
+    "(round(x / step) mod 2**bits) in two's complement; on float32 inputs already from |x| / step "
+    ">= 2**24 (IntFormat(2) wraps 16777215 to -2, not -1) (src/anynum/kernels/eager.py, uniform rounding)",
 )
 @pytest.mark.parametrize(
     "fmt,x,dtype",
@@ -113,6 +127,7 @@ def test_k5_fnuz_without_subnormals_decodes_no_negative_zero():
         (an.IntFormat(8), 1e300, torch.float64),
         (an.FixedPoint(8, 4), 3e38, torch.float32),
         (an.FixedPoint(0, 1, signed=False), 3.4028234663852886e38, torch.float32),
+        (an.IntFormat(2), 16777215.0, torch.float32),  # 2**24 - 1: wraps to -1
     ],
 )
 def test_k7_wrap_of_large_values(fmt, x, dtype):
@@ -120,4 +135,4 @@ def test_k7_wrap_of_large_values(fmt, x, dtype):
         y = an.quantize(torch.tensor([x], dtype=dtype), fmt, overflow="wrap")
     except AnynumError:
         return  # refusing inputs beyond the exact range is a fix too
-    assert y.item() == 0.0  # every x here is a multiple of 2**bits * step
+    assert y.item() == (-1.0 if x == 16777215.0 else 0.0)  # the others are multiples of 2**bits * step

@@ -10,7 +10,8 @@ is the value's index. Rounding finds the two neighbours of x with
   exponent bits are cut). At an exact tie ``"nearest"`` follows the table's
   ``ties`` policy, ``"rna"`` takes the larger magnitude and ``"rnz"`` the smaller;
 * directed modes follow the value order ("rz" takes the neighbour on the side
-  of zero: the lower one for x > 0, the upper one for x < 0);
+  of zero: the lower one for x > 0, the upper one for x < 0; across a gap that
+  straddles zero, the one of x's sign);
 * ODD takes the neighbour of odd *rank* (see below);
 * STOCHASTIC goes to hi with probability (x - lo) / (hi - lo), linear in the
   value, so E[SR(x)] = x (the ratio is computed in float64, within 2**-53, then

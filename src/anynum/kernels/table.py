@@ -98,8 +98,11 @@ def _round_table(
         }[mode]
         up_nearest = ((xs > floor_b) & ~tie) | (tie & _tie_up(policy, lo, hi, xs, hi_rank_even))
         if mode is Rounding.TOWARD_ZERO:
-            # The neighbour on the side of zero; at x = ±0 (0 not in the table) the nearer one.
-            up = torch.where(xs == 0, up_nearest, xs < 0)
+            # The neighbour on the side of zero. Across a gap that straddles zero (0 not in the
+            # table) neither is: keep x's sign (the smaller magnitude of that sign), so that RZ
+            # stays monotone and never flips a sign, as float formats without zero do.
+            straddle = (lo < 0) & (hi > 0)
+            up = torch.where(straddle, ~torch.signbit(xs), xs < 0)
         else:
             up = up_nearest
     elif mode is Rounding.UP:
