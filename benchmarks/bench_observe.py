@@ -21,7 +21,7 @@ import torch
 import anynum as an
 from anynum.experiments.datasets import load_dataset
 from anynum.experiments.models import MLP, build_model
-from anynum.experiments.trials import batches, sgd, trial_environment
+from anynum.experiments.training import batches, sgd, trial_environment
 
 POLICY = an.nn.Policy(weight="e4m3fn", activation="e4m3fn", error="e5m2")
 CANDIDATES = ["e2m1", "e3m2", "e4m3fn", "bf16"]

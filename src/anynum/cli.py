@@ -15,83 +15,19 @@ Errors are one line on stderr with exit code 2, never a traceback. See docs/cli.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from anynum.errors import AnynumError
+from anynum.experiments.formattable import cell_text, format_rows, render_rows
 from anynum.formats import format as lookup_format
-from anynum.formats import list_formats
-from anynum.formats.base import Format
 
 __all__ = ["format_rows", "main"]
 
-_COLUMNS = ("name", "bits", "max", "smallest_normal", "smallest_subnormal", "eps", "specials", "overflow")
-
-
-def _specials(fmt: Format) -> str:
-    parts = []
-    if fmt.has_inf:
-        parts.append("inf")
-    if fmt.has_nan:
-        parts.append("nan")
-    if fmt.has_negative_zero:
-        parts.append("-0")
-    if not fmt.signed:
-        parts.append("unsigned")
-    return ",".join(parts) or "-"
-
-
-def format_rows(names: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """One dict of properties per format name (default: every preset).
-
-    >>> format_rows(["e4m3fn"])[0]["max"]
-    448.0
-    """
-    rows = []
-    for name in names if names is not None else list_formats():
-        fmt = lookup_format(name)
-        rows.append(
-            {
-                "name": name,
-                "bits": fmt.bits,
-                "max": fmt.max,
-                "smallest_normal": fmt.smallest_normal,
-                "smallest_subnormal": fmt.smallest_subnormal,
-                "eps": fmt.eps,
-                "specials": _specials(fmt),
-                "overflow": fmt.default_overflow,
-            }
-        )
-    return rows
-
-
-def _fmt_cell(v: Any) -> str:
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
-
-
-def _render(rows: list[dict[str, Any]], kind: str) -> str:
-    if kind == "json":
-        return json.dumps(rows, indent=2)
-    if kind == "csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(_COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
-        return buf.getvalue()
-    header = "| " + " | ".join(_COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in _COLUMNS) + "|"
-    lines = [header, rule]
-    lines += ["| " + " | ".join(_fmt_cell(r[c]) for c in _COLUMNS) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _cmd_formats(args: argparse.Namespace) -> int:
-    text = _render(format_rows(), args.format)
+    text = render_rows(format_rows(), args.format)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
@@ -111,15 +47,15 @@ def _cmd_info(args: argparse.Namespace) -> int:
         fmt = fmts[0]
         print(f"{args.name}: {fmt!r}")
         for key, value in vars(fmt.info).items():
-            print(f"  {key:<19} {_fmt_cell(value)}")
+            print(f"  {key:<19} {cell_text(value)}")
         if fmt.bits <= 6:
-            print(f"  {'values':<19} {' '.join(_fmt_cell(float(v)) for v in fmt.values())}")
+            print(f"  {'values':<19} {' '.join(cell_text(float(v)) for v in fmt.values())}")
     else:
         keys = list(vars(fmts[0].info))
         width = max(12, *(len(n) + 2 for n in names))
         print(f"{'':<19}" + "".join(f"{n:>{width}}" for n in names))
         for key in keys:
-            cells = [_fmt_cell(getattr(f.info, key)) for f in fmts]
+            cells = [cell_text(getattr(f.info, key)) for f in fmts]
             print(f"{key:<19}" + "".join(f"{c:>{width}}" for c in cells))
     if args.plot:
         from anynum.experiments.plots import plot_formats
@@ -171,6 +107,7 @@ def _study_spec(args: argparse.Namespace) -> Any:
 def _cmd_study(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from anynum.experiments.outdir import write_atomic
     from anynum.experiments.report import table_text, write_csv, write_heatmap
     from anynum.experiments.runner import expand_grid, parse_shard, run_study
 
@@ -200,7 +137,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     written = [out / "results.jsonl"]
     try:
         write_csv(rows, out / "results.csv")
-        (out / "table.md").write_text(f"{title}\n\n{table_text(rows)}\n", encoding="utf-8")
+        write_atomic(out / "table.md", f"{title}\n\n{table_text(rows)}\n")  # another study may write it too
         written += [out / "results.csv", out / "table.md"]
         try:
             import matplotlib  # noqa: F401

@@ -28,7 +28,8 @@ from anynum.experiments.setup import (
     trained_model,
     write_files,
 )
-from anynum.experiments.trials import DEFAULT_LR, evaluate, fit, sgd, trial_environment
+from anynum.experiments.training import evaluate, fit, sgd, trial_environment
+from anynum.experiments.trials import DEFAULT_LR
 from anynum.nn.diagnose import report_from
 from anynum.nn.report import DiagnoseReport
 

@@ -26,14 +26,8 @@ import anynum as an
 from anynum.errors import InputError
 from anynum.experiments.datasets import load_dataset
 from anynum.experiments.runner import StudyResult, pairs_for, run_study
-from anynum.experiments.trials import (
-    TrialConfig,
-    digest,
-    evaluate,
-    format_spec,
-    train_baseline,
-    trial_environment,
-)
+from anynum.experiments.training import evaluate, trial_environment
+from anynum.experiments.trials import TrialConfig, digest, format_spec, train_baseline
 from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.fixed import UniformFormat

@@ -11,7 +11,7 @@ from torch import nn
 
 import anynum as an
 from anynum.experiments.setup import ProgressBar, have_matplotlib, make_setup, trained_model, write_files
-from anynum.experiments.trials import batches, evaluate, trial_environment
+from anynum.experiments.training import batches, evaluate, trial_environment
 from anynum.nn.search import check_arguments
 
 __all__ = ["SearchSpec", "run_search", "write_search"]

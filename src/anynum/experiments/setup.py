@@ -20,7 +20,8 @@ from torch import nn
 from anynum.errors import InputError
 from anynum.experiments.datasets import DATASETS, Dataset, load_dataset
 from anynum.experiments.models import build_model
-from anynum.experiments.trials import DEFAULT_LR, TrialConfig, fit, sgd, train_baseline
+from anynum.experiments.training import fit, sgd
+from anynum.experiments.trials import DEFAULT_LR, TrialConfig, train_baseline
 from anynum.experiments.userfiles import load_data_file, load_model_file, quantizable_layers
 
 __all__ = ["ProgressBar", "Setup", "have_matplotlib", "make_setup", "trained_model", "write_files"]

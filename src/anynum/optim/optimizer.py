@@ -16,7 +16,9 @@ import torch
 from torch._utils import _unflatten_dense_tensors
 
 from anynum.errors import AnynumError
+from anynum.nn.checks import check_flag, check_seed
 from anynum.nn.quantizer import NumberLike, Rounder, resolve_number
+from anynum.nn.streams import load_stream_state, stream_state
 from anynum.optim.scaling import LossScale, make_loss_scale
 from anynum.rounding import RoundingLike
 
@@ -150,6 +152,14 @@ class QuantizedOptimizer:
                 f"QuantizedOptimizer wraps a torch.optim.Optimizer, got {type(optimizer).__name__}."
             )
         self.optimizer = optimizer
+        check_seed(seed, "QuantizedOptimizer")
+        if state is not None and not isinstance(state, Mapping):
+            raise AnynumError(
+                f"QuantizedOptimizer state= takes a dict {{state_name: format or None}}, got "
+                f"{type(state).__name__}; e.g. state={{'exp_avg': 'bf16'}}."
+            )
+        if master_weights is not None:
+            check_flag(master_weights, "master_weights", "QuantizedOptimizer")
 
         def r(value: NumberLike, k: int) -> Rounder | None:
             return resolve_number(value, rounding, None if seed is None else seed + k)
@@ -347,23 +357,39 @@ class QuantizedOptimizer:
         return {k: v for k, v in named.items() if v is not None}
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped optimizer's state plus master weights, loss scale and random streams."""
+        """The wrapped optimizer's state plus master weights, loss scale and random streams.
+
+        Tensors, numbers and strings only (loads with ``torch.load(weights_only=True)``);
+        the streams of stochastic categories sit under ``"rng"`` as
+        ``"<category>.<field>"`` entries (`anynum.nn.streams`), so a resumed run is
+        bit-identical to the uninterrupted one.
+        """
         return {
             "optimizer": self.optimizer.state_dict(),
             "master": [self.master.get(p) for p in self._params()],
             "loss_scale": self.loss_scale.state_dict(),
-            "rng": {k: r.state_dict() for k, r in self._rounders().items()},
+            "rng": stream_state(self._rounders()),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict` saved, bit for bit."""
+        """Restore what `state_dict` saved, bit for bit.
+
+        A state without ``"rng"`` (written before streams were saved) leaves the
+        streams where they are: the run continues reproducibly, but not bit for bit
+        like the uninterrupted one.
+        """
+        if not isinstance(state, Mapping) or "optimizer" not in state:
+            got = f"a dict with keys {sorted(state)}" if isinstance(state, Mapping) else type(state).__name__
+            raise AnynumError(
+                "QuantizedOptimizer.load_state_dict expects what QuantizedOptimizer.state_dict() "
+                f"returns (a dict with 'optimizer', 'master', 'loss_scale', 'rng'), got {got}; "
+                "to load a plain torch optimizer state, call opt.optimizer.load_state_dict(state)."
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.master = {}
-        for p, m in zip(self._params(), state["master"]):
+        for p, m in zip(self._params(), state.get("master", [])):
             if m is not None:
                 self.master[p] = m.detach().clone().to(device=p.device, dtype=p.dtype)
-        self.loss_scale.load_state_dict(state["loss_scale"])
-        rounders = self._rounders()
-        for k, s in state.get("rng", {}).items():
-            if k in rounders:
-                rounders[k].load_state_dict(s)
+        if "loss_scale" in state:
+            self.loss_scale.load_state_dict(state["loss_scale"])
+        load_stream_state(self._rounders(), state.get("rng", {}), "QuantizedOptimizer.load_state_dict")
