@@ -15,7 +15,7 @@ $(BIN)/activate:
 	$(BIN)/pip install -e ".[$*]"
 	touch $@
 
-.PHONY: demo test lint
+.PHONY: demo test lint docs
 demo: .venv/.installed-cli
 	$(BIN)/anynum
 
@@ -23,5 +23,9 @@ lint: .venv/.installed-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 
-test: .venv/.installed-test .venv/.installed-cli lint
+# The API reference from the docstrings; warnings are errors (tests/test_docs.py runs the examples).
+docs: .venv/.installed-test
+	$(BIN)/mkdocs build --strict --quiet
+
+test: .venv/.installed-test .venv/.installed-cli lint docs
 	ANYNUM_COMPILE=0 $(BIN)/python -m pytest -n 2 -q

@@ -53,12 +53,12 @@ from anynum.formats import (
     format,
     list_formats,
 )
-from anynum.quantize import decode, dequantize_int, encode, quantize, quantize_int
+from anynum.quantize import decode, dequantize_int, encode, quantize, quantize_block, quantize_int
 from anynum.rounding import Rounding
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = ("mc", "nn", "optim", "experiments", "compat", "kernels", "formats")
+_LAZY_SUBMODULES = ("mc", "nn", "ops", "optim", "experiments", "compat", "kernels", "formats")
 
 __all__ = [
     "BF16",
@@ -104,10 +104,12 @@ __all__ = [
     "dequantize_int",
     "emulate",
     "encode",
+    "flip_bits",
     "format",
     "list_formats",
     "matmul",
     "quantize",
+    "quantize_block",
     "quantize_int",
 ]
 
@@ -123,6 +125,11 @@ def __getattr__(name: str) -> Any:
         value = module if name == "emulate" else getattr(module, name)
         globals()[name] = value
         return value
+    if name == "flip_bits":  # lives in anynum.faults, loaded on first use
+        from anynum.faults import flip_bits
+
+        globals()[name] = flip_bits
+        return flip_bits
     if name == "Quantizer":  # lives in anynum.nn, loaded on first use
         from anynum.nn.quantizer import Quantizer
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import anynum as an
+from anynum import quantize_block
 from anynum.errors import AnynumError, RepresentabilityError
-from anynum.formats.block import UE4M3, Block, BlockCodes, quantize_block
+from anynum.formats.block import UE4M3, Block, BlockCodes
 
 DETERMINISTIC = ["nearest", "rna", "rnz", "rz", "ru", "rd", "ro"]
 MX = [an.MXFP8_E4M3, an.MXFP8_E5M2, an.MXFP6_E3M2, an.MXFP6_E2M3, an.MXFP4_E2M1, an.MXINT8]
@@ -117,8 +118,10 @@ def test_input_errors() -> None:
         quantize_block(torch.ones(4), none, scales=torch.tensor([1.0, 3.0]))
     with pytest.raises(AnynumError, match="BlockCodes"):
         an.MXFP4_E2M1.decode(torch.zeros(4, dtype=torch.int64))
-    with pytest.raises(AnynumError, match=r"fmt.encode"):
-        an.encode(torch.ones(4), an.MXFP4_E2M1)
+    with pytest.raises(AnynumError, match="BlockCodes"):
+        an.decode(torch.zeros(4, dtype=torch.int64), an.MXFP4_E2M1)
+    with pytest.raises(AnynumError, match=r"BlockCodes"):
+        an.MXFP4_E2M1.decode_torch(torch.zeros(4, dtype=torch.int64))
     with pytest.raises(AnynumError, match="no fixed value set"):
         an.MXFP4_E2M1.values()
     with pytest.raises(AnynumError, match="overflow="):
@@ -330,6 +333,9 @@ def test_encode_decode_round_trip(fmt: Block) -> None:
     assert codes.elements.dtype == torch.int64
     assert torch.equal(fmt.decode(codes), an.quantize(x, fmt))
     assert (codes.elements >= 0).all() and (codes.elements < 2**fmt.element.bits).all()
+    same = an.encode(x, fmt)  # the front door gives the same codes as the format's alias
+    assert all(torch.equal(a, b) for a, b in zip(same[:2], codes[:2]))
+    assert torch.equal(an.decode(same, fmt), fmt.decode(codes))
 
 
 # --- dtypes, shapes, autograd -------------------------------------------------------------------------------

@@ -195,10 +195,10 @@ def test_encode_and_decode_compiled_match_eager(fmt: an.Format) -> None:
     x = _inputs(torch.float32)
     x = x[~x.isnan()] if not fmt.has_nan else x
     y = an.quantize(x, fmt)
-    codes = fmt._encode_kernel(y.to(torch.float64))
+    codes = fmt.encode_kernel(y.to(torch.float64))
     assert torch.equal(fused_encode(fmt, y), codes)
     assert torch.equal(fused_encode(fmt, y.double()), codes)
-    assert _same(fused_decode(fmt, codes), fmt._decode_torch(codes))
+    assert _same(fused_decode(fmt, codes), fmt.decode_torch(codes))
 
 
 def test_encode_nan_without_a_code_raises_on_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:

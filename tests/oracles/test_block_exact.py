@@ -21,7 +21,8 @@ from gfloat import formats as gff
 from gfloat import quantize_block as gf_quantize_block
 
 import anynum as an
-from anynum.formats.block import UE4M3, Block, quantize_block
+from anynum import quantize_block
+from anynum.formats.block import UE4M3, Block
 
 DETERMINISTIC = ["nearest", "rna", "rnz", "rz", "ru", "rd", "ro"]
 

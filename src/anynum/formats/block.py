@@ -16,7 +16,7 @@ Scale rules (``k0 = floor(log2(amax)) - element.emax``, amax = largest |x| in th
            (log2 of a rational is never an odd multiple of 1/2, so there are no ties)
 "amax"     amax / element.max rounded *up* into the scale format: nothing saturates;
            the scale need not be a power of two (P3109 / NVFP4 style)
-"none"     the caller passes the scales to `quantize_block`
+"none"     the caller passes the scales to `anynum.quantize_block`
 =========  ==================================================================================
 
 Every rule is clamped to the scale format's positive range; an all-zero block
@@ -29,8 +29,8 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -41,9 +41,6 @@ from anynum.formats.fixed import FixedPoint
 from anynum.formats.floating import E2M1, E2M3, E3M2, E4M3FN, E5M2, E8M0, FP32, FloatFormat
 from anynum.formats.registry import format as lookup_format
 from anynum.formats.registry import register_family, register_name
-
-if TYPE_CHECKING:
-    from anynum.rounding import RoundingLike
 
 __all__ = [
     "MXFP4_E2M1",
@@ -57,8 +54,6 @@ __all__ = [
     "UE4M3",
     "Block",
     "BlockCodes",
-    "BlockQuantized",
-    "quantize_block",
 ]
 
 SCALE_RULES = ("floor", "ceil", "even", "amax", "none")
@@ -76,20 +71,6 @@ class BlockCodes(NamedTuple):
     ``tensor_scale``: 0-d int64 code of the per-tensor scale, or None.
     """
 
-    elements: torch.Tensor
-    scales: torch.Tensor
-    tensor_scale: torch.Tensor | None
-
-
-class BlockQuantized(NamedTuple):
-    """What `quantize_block` returns: ``values = elements * scales (* tensor_scale)``, blockwise.
-
-    ``values`` has the input's type, shape and dtype; ``elements`` are the
-    element values (float64, units of the scale), ``scales`` the block scales
-    (float64, NaN for blocks holding NaN/inf), ``tensor_scale`` a 0-d float64 or None.
-    """
-
-    values: Any
     elements: torch.Tensor
     scales: torch.Tensor
     tensor_scale: torch.Tensor | None
@@ -317,13 +298,14 @@ class Block(Format):
         shape = tuple(shape) or (1,)
         if self.axis is None:
             n = math.prod(shape)
-            return (self._blocks(n),)
+            return (self.block_count(n),)
         axis = self.resolve_axis(len(shape))
         out = list(shape)
-        out[axis] = self._blocks(shape[axis])
+        out[axis] = self.block_count(shape[axis])
         return tuple(out)
 
-    def _blocks(self, n: int) -> int:
+    def block_count(self, n: int) -> int:
+        """Blocks along an axis of `n` elements: ceil(n / block_size); 1 (0 if n = 0) for block_size None."""
         if self.block_size is None:
             return 1 if n else 0
         return -(-n // self.block_size)
@@ -340,54 +322,20 @@ class Block(Format):
         return self.axis % ndim
 
     # --- codes ---------------------------------------------------------------------------------
-    def encode(self, x: Any, rounding: RoundingLike = "nearest", **kwargs: Any) -> BlockCodes:  # type: ignore[override]
-        """Quantize `x` and return its `BlockCodes` (element codes, scale codes, tensor-scale code).
-
-        Keyword arguments are those of `quantize_block` (``scales=`` included).
-        A NaN block has the scale format's NaN code and, where the element has
-        none, element codes 0.
-
-        >>> import anynum as an, torch
-        >>> c = an.MXFP4_E2M1.encode(torch.tensor([1.0, -6.0, 0.5]))
-        >>> c.elements.tolist(), c.scales.tolist()
-        ([2, 15, 1], [127])
-        >>> an.MXFP4_E2M1.decode(c).tolist()
-        [1.0, -6.0, 0.5]
-        """
-        q = quantize_block(x, self, rounding, **kwargs)
-        elements = self.element._encode_torch(q.elements)
-        scales = self.scale._encode_torch(q.scales)
-        ts = None
-        if q.tensor_scale is not None:
-            assert self.tensor_scale is not None
-            ts = self.tensor_scale._encode_torch(q.tensor_scale)
-        return BlockCodes(elements, scales, ts)
-
-    def decode(self, codes: Any) -> torch.Tensor:
-        """float64 values of `BlockCodes` (as returned by `encode`); NaN scale codes give NaN blocks."""
-        if not isinstance(codes, BlockCodes):
-            raise InputError(
-                f"{self.display_name()}.decode needs the BlockCodes that encode() returns "
-                f"(element codes plus scale codes), got {type(codes).__name__}."
-            )
-        from anynum.kernels.block import decode_blocks
-
-        return decode_blocks(self, codes)
-
     def values(self) -> np.ndarray:
         raise FormatError(
             f"{self.display_name()} has no fixed value set: each block's values are "
             f"element values times its scale; use .element.values()."
         )
 
-    def _decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
         raise FormatError(
-            f"{self.display_name()} codes are element codes plus scale codes; use fmt.encode(x) "
-            "and fmt.decode(block_codes) instead of an.encode/an.decode."
+            f"{self.display_name()} codes are element codes plus scale codes (BlockCodes): "
+            "use fmt.encode(x) / fmt.decode(block_codes), or an.encode / an.decode."
         )
 
-    def _encode_torch(self, y: torch.Tensor) -> torch.Tensor:
-        self._decode_torch(y)  # raises with the same explanation
+    def encode_torch(self, y: torch.Tensor) -> torch.Tensor:
+        self.decode_torch(y)  # raises with the same explanation
         raise AssertionError  # pragma: no cover
 
     def __repr__(self) -> str:
@@ -412,111 +360,6 @@ def _warm_cached_properties(fmt: Format) -> None:
         for name, attr in vars(klass).items():
             if isinstance(attr, functools.cached_property):
                 getattr(fmt, name)
-
-
-def quantize_block(
-    x: Any,
-    fmt: Block | str,
-    rounding: RoundingLike = "nearest",
-    *,
-    scales: Any = None,
-    tensor_scale: Any = None,
-    overflow: str | None = None,
-    generator: Any = None,
-    seed: int | None = None,
-    rand_bits: int | None = None,
-) -> BlockQuantized:
-    """Quantize `x` onto a Block format and return values, element values and scales.
-
-    The same rounding as ``an.quantize(x, fmt, ...)`` (which returns only the
-    values), plus what a block format stores. ``scales=`` (shape
-    ``fmt.scale_shape(x.shape)``, positive values of ``fmt.scale``) replaces the
-    scale rule; it is required for ``scale_rule="none"``. ``tensor_scale=``
-    does the same for the per-tensor scale. Elements still saturate (or follow
-    ``overflow=``) when a given scale is too small. NaN/inf in a block gives a
-    NaN block (its scale is NaN) unless scales are given, where NaN/inf then
-    follow the element format's rules.
-
-    >>> import anynum as an, torch
-    >>> fmt = an.Block(an.E2M1, 2, scale_rule="none")
-    >>> q = quantize_block(torch.tensor([1.0, 3.0, 8.0, 9.0]), fmt, scales=torch.tensor([1.0, 2.0]))
-    >>> q.values.tolist(), q.elements.tolist()
-    ([1.0, 3.0, 8.0, 8.0], [1.0, 3.0, 4.0, 4.0])
-    """
-    from anynum.kernels.block import block_round
-    from anynum.kernels.eager import working_dtype
-    from anynum.quantize import _check_rand_bits, _check_tensor, check_representable
-    from anynum.rounding import make_random_source, parse_rounding
-
-    block = lookup_format(fmt) if isinstance(fmt, str) else fmt
-    if not isinstance(block, Block):
-        raise InputError(f"quantize_block needs a Block format, got {block!r}.")
-    fmt = block
-    mode = parse_rounding(rounding)
-    policy = fmt.check_overflow(overflow)
-    _check_rand_bits(rand_bits, mode)
-    numpy_in = not isinstance(x, torch.Tensor)
-    if numpy_in:
-        if not isinstance(x, np.ndarray):
-            raise InputError(
-                f"quantize_block accepts torch tensors and NumPy arrays, got {type(x).__name__}."
-            )
-        t = torch.from_numpy(np.ascontiguousarray(x)) if x.dtype.kind == "f" else torch.as_tensor(x)
-    else:
-        t = x
-    _check_tensor(t)
-    # scale_rule="none" has no rule to run; its grid is that of the same block with the "amax" rule.
-    check_representable(fmt if fmt.scale_rule != "none" else replace(fmt, scale_rule="amax"), t.dtype)
-    rng = make_random_source(generator, seed, t.device) if mode.is_stochastic else None
-    given = _given_scales(fmt, t, scales, tensor_scale)
-    wdt = working_dtype(fmt, t.dtype)
-    with torch.no_grad():
-        res = block_round(fmt, t.detach().to(wdt), mode, policy, rng, rand_bits, *given)
-    values = res.values.to(t.dtype)
-    assert res.elements is not None
-    return BlockQuantized(values.numpy() if numpy_in else values, res.elements, res.scales, res.tensor_scale)
-
-
-def _given_scales(
-    fmt: Block, x: torch.Tensor, scales: Any, tensor_scale: Any
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Validate caller-given scales: right shape, positive, on the scale format's grid."""
-    if scales is None and fmt.scale_rule == "none":
-        raise InputError(
-            f"{fmt.display_name()} has scale_rule='none': pass scales= (shape "
-            f"{fmt.scale_shape(x.shape)}) to quantize_block, or choose a scale rule."
-        )
-    if tensor_scale is None and fmt.scale_rule == "none" and fmt.tensor_scale is not None:
-        raise InputError(
-            f"{fmt.display_name()} has a per-tensor scale and scale_rule='none': pass tensor_scale=."
-        )
-    out: list[torch.Tensor | None] = []
-    for given, sfmt, shape, what in (
-        (scales, fmt.scale, fmt.scale_shape(x.shape), "scales"),
-        (tensor_scale, fmt.tensor_scale, (), "tensor_scale"),
-    ):
-        if given is None:
-            out.append(None)
-            continue
-        if sfmt is None:
-            raise InputError(f"{fmt.display_name()} has no per-tensor scale; drop {what}=.")
-        s = torch.as_tensor(given, dtype=torch.float64, device=x.device)
-        if tuple(s.shape) != tuple(shape):
-            raise InputError(
-                f"{what} must have shape {tuple(shape)} for input shape {tuple(x.shape)}, "
-                f"got {tuple(s.shape)}."
-            )
-        from anynum.kernels.eager import round_to_format
-        from anynum.rounding import Rounding
-
-        on_grid = round_to_format(sfmt, s, Rounding.NEAREST_EVEN, "saturate", None, None) == s
-        if not bool(((s > 0) & torch.isfinite(s) & on_grid).all()):
-            raise InputError(
-                f"{what} must be positive finite values of {sfmt.display_name()}; round them first, "
-                f"e.g. an.quantize(s, {sfmt.display_name()!r}, 'up')."
-            )
-        out.append(s)
-    return out[0], out[1]
 
 
 # --- presets (OCP Microscaling Formats v1.0, NVIDIA NVFP4) --------------------------------------

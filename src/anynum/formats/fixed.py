@@ -82,14 +82,14 @@ class UniformFormat(Format):
         if not -1000 <= self.step_exp <= 960:
             raise FormatError(f"the step 2**{self.step_exp} is outside float64's exact range.")
 
-    def _decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
         codes = codes.to(torch.int64)
         if self.signed:  # reinterpret the low `bits` bits as two's complement
             sign = 1 << (self.bits - 1)
             codes = ((codes & ((1 << self.bits) - 1)) ^ sign) - sign
         return codes.to(torch.float64) * self.step
 
-    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
+    def encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
         codes = (torch.where(y != y, 0.0, y) / self.step).to(torch.int64)  # exact: y is on the grid
         return torch.where(y != y, -1, codes & ((1 << self.bits) - 1))  # -1: NaN has no code
 

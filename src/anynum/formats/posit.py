@@ -46,7 +46,7 @@ _ONE_MINUS_ULP = 1.0 - 2.0**-53  # largest float64 below 1
 
 @dataclass
 class PositSplit:
-    """Where magnitudes sit on the posit grid (internal; see `Posit._split`).
+    """Where magnitudes sit on the posit grid (see `Posit.locate`).
 
     For positive finite ``a`` below maxpos, the infinitely long posit bit string
     of ``a``, read as a binary number with the point after bit n, is
@@ -60,7 +60,7 @@ class PositSplit:
     Attributes:
         kc, m, p, kept: the regime k (clamped to the regimes of minpos .. maxpos),
             the bits kept after the regime, the bits dropped from z (negative:
-            none, and -p zero bits appended) and z's kept bits (see `Posit._split`).
+            none, and -p zero bits appended) and z's kept bits (see `Posit.locate`).
         parity: the last bit of the lower neighbour's code (bool).
         dropped, dropped_len: frac_code = dropped / 2**dropped_len (int32 or int64, as the input;
             dropped_len may exceed 63 far below minpos, where only its size matters).
@@ -257,7 +257,7 @@ class Posit(Format):
     def eps(self) -> float:
         """Gap above 2**-scale_exp (1.0 when unscaled) to the next larger value."""
         one = torch.tensor([self.nar_code >> 1], dtype=torch.int64)  # the code of useed**0
-        v = self._decode_torch(torch.cat([one, one + 1]))
+        v = self.decode_torch(torch.cat([one, one + 1]))
         return float(v[1] - v[0])
 
     @property
@@ -270,7 +270,7 @@ class Posit(Format):
 
     # --- the grid -------------------------------------------------------------------------
     def fits_float32(self) -> bool:
-        """Whether float32 can carry the rounding of float32 inputs (`_split` in int32 bits).
+        """Whether float32 can carry the rounding of float32 inputs (`locate` in int32 bits).
 
         Every value, hence every result, must be a normal float32 and the bit
         string after the regime (es exponent bits, 23 fraction bits and a carry)
@@ -278,7 +278,7 @@ class Posit(Format):
         """
         return self.es <= 6 and self.emin >= -126 and self.emax <= 127
 
-    def _split(self, a: torch.Tensor) -> PositSplit:
+    def locate(self, a: torch.Tensor) -> PositSplit:
         """Locate magnitudes ``a`` (> 0, finite, float32 or float64; scaled values) on the grid.
 
         Write the scaled value as ``2**E * (1 + f)`` with ``E = k * 2**es + e``.
@@ -359,7 +359,7 @@ class Posit(Format):
         big_e = k * (1 << es) + e
         return ldexp(sig, big_e - fb - self.scale_exp)
 
-    def _decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode_torch(self, codes: torch.Tensor) -> torch.Tensor:
         codes = codes.to(torch.int64) & ((1 << self.n) - 1)
         nar = self.nar_code
         negative = codes > nar
@@ -370,11 +370,11 @@ class Posit(Format):
         v = torch.where(negative, -v, v)
         return torch.where(codes == nar, torch.full_like(v, torch.nan), v)
 
-    def _encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
+    def encode_kernel(self, y: torch.Tensor) -> torch.Tensor:
         y = y.to(torch.float64)
         a = torch.abs(y)
         finite = a < torch.inf  # not isfinite: it does not vectorize in Inductor
-        sp = self._split(torch.where(finite, a, torch.ones_like(a)))
+        sp = self.locate(torch.where(finite, a, torch.ones_like(a)))
         # On-grid values have frac 0; anything else is encoded as its lower neighbour.
         mag = torch.where(a == 0, 0, sp.code_lo(self.n))
         mag = torch.where(sp.under & (a > 0), 1, mag)  # only minpos' vicinity

@@ -42,10 +42,10 @@ from anynum.formats.block import Block, BlockCodes
 from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FloatFormat
 from anynum.kernels.eager import round_to_format, working_dtype
+from anynum.kernels.route import decode_codes
 from anynum.rounding import RandomSource, Rounding
 
 __all__ = ["BlockResult", "block_round", "decode_blocks"]
-
 
 
 def _tiny(dtype: torch.dtype) -> float:
@@ -87,7 +87,7 @@ def _to_blocks(fmt: Block, x: torch.Tensor) -> torch.Tensor:
     t = x.reshape(-1) if fmt.axis is None else x.movedim(fmt.resolve_axis(x.dim()), -1)
     n = t.shape[-1]
     size = fmt.block_size or max(n, 1)
-    blocks = fmt._blocks(n)
+    blocks = fmt.block_count(n)
     pad = blocks * size - n
     if pad:
         t = F.pad(t, (0, pad))
@@ -348,7 +348,8 @@ def _round_block(
 
 
 def decode_blocks(fmt: Block, codes: BlockCodes) -> torch.Tensor:
-    """float64 values of `BlockCodes`: element values times their block's scale (times the tensor scale)."""
+    """float64 values of `BlockCodes` (int64 codes, each valid for its format): element values times
+    their block's scale (times the tensor scale)."""
     elements = codes.elements
     expected = fmt.scale_shape(elements.shape)
     if tuple(codes.scales.shape) != expected:
@@ -359,13 +360,11 @@ def decode_blocks(fmt: Block, codes: BlockCodes) -> torch.Tensor:
     if (codes.tensor_scale is None) != (fmt.tensor_scale is None):
         need = "needs" if fmt.tensor_scale is not None else "has no"
         raise InputError(f"{fmt.display_name()} {need} a tensor-scale code (BlockCodes.tensor_scale).")
-    from anynum.quantize import decode
-
-    values = decode(elements, fmt.element)
-    scales = decode(codes.scales, fmt.scale)
+    values = decode_codes(fmt.element, elements)
+    scales = decode_codes(fmt.scale, codes.scales)
     if codes.tensor_scale is not None:
         assert fmt.tensor_scale is not None
-        scales = scales * decode(codes.tensor_scale, fmt.tensor_scale)
+        scales = scales * decode_codes(fmt.tensor_scale, codes.tensor_scale)
     ndim = elements.dim()
     yb = _to_blocks(fmt, values) * _scales_in(fmt, scales, ndim)[..., None]
     return _from_blocks(fmt, yb, elements.shape)

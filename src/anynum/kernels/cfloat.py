@@ -31,12 +31,14 @@ import torch
 
 from anynum.formats.base import Format
 from anynum.formats.floating import FloatFormat
-from anynum.kernels.fused import compile_mode
+from anynum.kernels.eager import working_dtype
 from anynum.kernels.native import float32_cast_dtype
 from anynum.kernels.nativelib import NativeSource, load
-from anynum.rounding import Rounding
+from anynum.kernels.route import Call, Kernel, can_write_while_reading, register
+from anynum.kernels.settings import compile_mode, compiles_at
+from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["CFloatParams", "cfloat_params", "cfloat_round", "cfloat_round_auto"]
+__all__ = ["CFloatKernel", "CFloatParams", "cfloat_params", "cfloat_round"]
 
 # One loop per rounding mode (a switch inside the loop would stop vectorisation); the
 # format's flags are loop-invariant selects. Every line mirrors a torch op of the
@@ -226,7 +228,7 @@ def cfloat_params(fmt: Format, mode: Rounding, overflow: str, dtype: torch.dtype
     if (
         not isinstance(fmt, FloatFormat)
         or dtype != torch.float32
-        or fmt.man_bits > 23
+        or working_dtype(fmt, dtype) != torch.float32
         or mode not in _MODES
         or overflow not in _OVERFLOW
         # torch's fp16/bf16 casts are vectorised and faster than this loop (its float8 casts are not)
@@ -271,18 +273,36 @@ def cfloat_round(
     return y
 
 
-def cfloat_round_auto(
-    fmt: Format, x: torch.Tensor, mode: Rounding, overflow: str, out: torch.Tensor | None = None
-) -> torch.Tensor | None:
-    """`x` (working dtype) rounded by the C loop where it applies and ``ANYNUM_COMPILE`` is "auto", else None.
+class CFloatKernel(Kernel):
+    """The C loop in the router: float32 CPU tensors onto float formats, deterministic modes, below
+    the compiled kernels' size, while ``ANYNUM_COMPILE`` is "auto"."""
 
-    Callers check first that `x` is below the compiled path's size (`use_fused`). `out`, if
-    given, must be of x's dtype, and either x itself or not overlapping it.
-    """
-    if x.device.type != "cpu" or compile_mode() != "auto":
-        return None
-    params = cfloat_params(fmt, mode, overflow, x.dtype)
-    return None if params is None else cfloat_round(x, params, out)
+    name = "c-float"
+    rank = 10
+
+    def __init__(self) -> None:
+        self._params: dict[Call, CFloatParams] = {}
+
+    def covers(self, call: Call) -> bool:
+        return (
+            call.device == "cpu"
+            and compile_mode() == "auto"
+            and cfloat_params(call.fmt, call.mode, call.overflow, call.dtype) is not None
+        )
+
+    def accepts(self, call: Call, numel: int) -> bool:
+        return not compiles_at(numel)
+
+    def round(
+        self, call: Call, x: torch.Tensor, rng: RandomSource | None, out: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        params = self._params.get(call)
+        if params is None:
+            params = cfloat_params(call.fmt, call.mode, call.overflow, call.dtype)
+            assert params is not None
+            self._params[call] = params
+        into = out if out is not None and can_write_while_reading(x, out) else None
+        return cfloat_round(x, params, into)  # None without a C compiler: the next kernel runs
 
 
 _NATIVE = NativeSource("cfloat", _SOURCE)
@@ -297,3 +317,6 @@ def _library() -> ctypes.CDLL | None:
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(_Params)]
     fn.restype = None
     return lib
+
+
+register(CFloatKernel())

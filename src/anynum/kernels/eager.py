@@ -3,7 +3,10 @@
 `round_to_format` is a single-dispatch function over format families; each
 kernel receives the input already converted to its working dtype (float32 or
 float64, chosen by `working_dtype`) and returns values on the format's grid in
-that dtype. Later format families register their kernels here too.
+that dtype. The posit, table and block families register their kernels from
+their own modules. `EagerKernel` puts the reference into the router
+(`anynum.kernels.route`) as the kernel that covers every call; every faster
+kernel is tested bit for bit against it.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ from anynum._bits import layout
 from anynum.formats.base import Format
 from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FloatFormat
+from anynum.kernels.route import Call, Kernel, register
 from anynum.rounding import RandomSource, Rounding, round_scaled
 
-__all__ = ["apply_overflow", "round_to_format", "working_dtype"]
+__all__ = ["EagerKernel", "apply_overflow", "float_grid_step", "round_to_format", "working_dtype"]
+
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 @functools.singledispatch
@@ -29,7 +36,8 @@ def working_dtype(fmt: Format, dtype: torch.dtype) -> torch.dtype:
 
 @working_dtype.register
 def _(fmt: FloatFormat, dtype: torch.dtype) -> torch.dtype:
-    if dtype == torch.float64 or fmt.man_bits > 23:
+    # float32 must hold the format's constants too: its max (exp_bits >= 9 exceeds float32's range)
+    if dtype == torch.float64 or fmt.man_bits > 23 or fmt.max > _FLOAT32_MAX:
         return torch.float64
     return torch.float32
 
@@ -154,3 +162,29 @@ def _round_uniform(
         r = torch.clamp(r, fmt.code_min, fmt.code_max)
     y = r * 2.0**fmt.step_exp
     return torch.where(y == 0, 0.0, y)  # two's complement has no -0
+
+
+class EagerKernel(Kernel):
+    """The reference: `round_to_format` in the working dtype, plain eager torch. Covers every call."""
+
+    name = "eager"
+    rank = 100
+
+    def covers(self, call: Call) -> bool:
+        return True
+
+    def round(
+        self, call: Call, x: torch.Tensor, rng: RandomSource | None, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        wdt = working_dtype(call.fmt, x.dtype)
+        y = round_to_format(call.fmt, x.to(wdt), call.mode, call.overflow, rng, call.rand_bits)
+        return y.to(x.dtype)
+
+    def encode(self, fmt: Format, y: torch.Tensor) -> torch.Tensor:
+        return fmt.encode_kernel(y.to(torch.float64))
+
+    def decode(self, fmt: Format, codes: torch.Tensor) -> torch.Tensor:
+        return fmt.decode_torch(codes)
+
+
+register(EagerKernel())

@@ -20,7 +20,6 @@ on disk by Inductor's own cache, so a later process starts warm.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import types
 import warnings
@@ -30,11 +29,15 @@ from typing import Any, TypeVar, cast
 import torch
 
 from anynum.formats.base import Format
-from anynum.kernels.eager import round_to_format
+from anynum.formats.block import Block
+from anynum.kernels.eager import round_to_format, working_dtype
 from anynum.kernels.nativelib import inductor_cache_unsafe
+from anynum.kernels.route import Call, Kernel, can_write_while_reading, register
+from anynum.kernels.settings import Setting, compile_min, compile_mode, compiles_at
 from anynum.rounding import RandomSource, Rounding, counter_bits
 
 __all__ = [
+    "FusedKernel",
     "compile_min",
     "compile_mode",
     "fused_decode",
@@ -46,51 +49,12 @@ __all__ = [
     "use_fused",
 ]
 
-_DEFAULT_MIN_ELEMENTS = 1 << 18
 _failed: set[Hashable] = set()  # compiled kernels that failed: their callers stay eager
 _compile_lock = threading.RLock()  # see `run_compiled`
 
 
-class _Setting:
-    """An environment variable, parsed once per value it takes.
-
-    Rounding calls in a training loop read the switches below many times per step;
-    ``os.environ.get`` costs several Python frames each time, a read here is one lookup
-    in the environment mapping's own dict (which ``os.environ[...] = ...`` and
-    ``monkeypatch.setenv`` update), so changes still take effect at once.
-    """
-
-    def __init__(self, name: str, parse: Callable[[str | None], Any]) -> None:
-        self.name, self.parse = name, parse
-        self.data: dict[Any, Any] | None = getattr(os.environ, "_data", None)
-        encodekey = getattr(os.environ, "encodekey", None)
-        self.key = encodekey(name) if encodekey is not None else name
-        self.raw: object = object()  # no value read yet
-        self.value: Any = None
-
-    def __call__(self) -> Any:
-        raw = self.data.get(self.key) if self.data is not None else os.environ.get(self.name)
-        if raw != self.raw:
-            self.value = self.parse(os.environ.get(self.name))
-            self.raw = raw
-        return self.value
-
-
-def _parse_mode(value: str | None) -> str:
-    value = (value or "auto").strip().lower()
-    return value if value in ("0", "1") else "auto"
-
-
-_COMPILE_MODE = _Setting("ANYNUM_COMPILE", _parse_mode)
 #: Why Inductor's cache directory is unsafe for this user (None: it is private), per its setting.
-_INDUCTOR_CACHE_UNSAFE = _Setting("TORCHINDUCTOR_CACHE_DIR", lambda _: inductor_cache_unsafe())
-_COMPILE_MIN = _Setting("ANYNUM_COMPILE_MIN", lambda v: _DEFAULT_MIN_ELEMENTS if v is None else int(v))
-
-
-def compile_mode() -> str:
-    """'0' (never), '1' (always) or 'auto', from the ANYNUM_COMPILE environment variable."""
-    mode: str = _COMPILE_MODE()
-    return mode
+_INDUCTOR_CACHE_UNSAFE = Setting("TORCHINDUCTOR_CACHE_DIR", lambda _: inductor_cache_unsafe())
 
 
 def use_fused(x: torch.Tensor, rng: RandomSource | None, mode: str | None = None) -> bool:
@@ -101,12 +65,6 @@ def use_fused(x: torch.Tensor, rng: RandomSource | None, mode: str | None = None
     if mode == "1":
         return True
     return x.numel() >= compile_min()
-
-
-def compile_min() -> int:
-    """The size from which "auto" compiles: ``ANYNUM_COMPILE_MIN`` elements (default 262144)."""
-    elements: int = _COMPILE_MIN()
-    return elements
 
 
 class _StreamZero(RandomSource):
@@ -362,12 +320,12 @@ def _codec_body(fmt: Format, encode: bool) -> Callable[[torch.Tensor], torch.Ten
     if encode:
 
         def body(t: torch.Tensor) -> torch.Tensor:
-            return fmt._encode_kernel(t.to(torch.float64))
+            return fmt.encode_kernel(t.to(torch.float64))
 
     else:
 
         def body(t: torch.Tensor) -> torch.Tensor:
-            return fmt._decode_torch(t)
+            return fmt.decode_torch(t)
 
     return body
 
@@ -386,10 +344,80 @@ def _fused_codec(fmt: Format, encode: bool, t: torch.Tensor) -> torch.Tensor:
 
 
 def fused_encode(fmt: Format, y: torch.Tensor) -> torch.Tensor:
-    """``fmt._encode_kernel(y.to(float64))`` as one compiled loop (y on the grid, any float dtype)."""
+    """``fmt.encode_kernel(y.to(float64))`` as one compiled loop (y on the grid, any float dtype)."""
     return _fused_codec(fmt, True, y)
 
 
 def fused_decode(fmt: Format, codes: torch.Tensor) -> torch.Tensor:
-    """``fmt._decode_torch(codes)`` (int64 codes) as one compiled loop."""
+    """``fmt.decode_torch(codes)`` (int64 codes) as one compiled loop."""
     return _fused_codec(fmt, False, codes)
+
+
+# --- in the router -----------------------------------------------------------------------------
+
+
+class FusedKernel(Kernel):
+    """The reference kernel compiled by torch.compile into one fused loop (any format family).
+
+    It takes calls of at least ``ANYNUM_COMPILE_MIN`` elements (every call with
+    ``ANYNUM_COMPILE=1``). Below that size, a call whose (format, mode, dtype,
+    ...) has already sent that many elements through slower kernels in this
+    process runs compiled too, flattened, so that one dynamic-size compile serves
+    every shape: training rounds the same small tensors thousands of times.
+    Block formats are left out of that rule (their rounding depends on shape).
+    Custom random sources cannot be drawn inside the loop and are not covered.
+    """
+
+    name = "compiled"
+    rank = 30
+
+    def __init__(self) -> None:
+        self._elements: dict[Call, int] = {}  # rounded by slower kernels so far, per call
+
+    def covers(self, call: Call) -> bool:
+        return compile_mode() != "0" and call.random != "custom"
+
+    def accepts(self, call: Call, numel: int) -> bool:
+        if compiles_at(numel):
+            return True
+        if isinstance(call.fmt, Block) or numel < 2:  # dynamo specialises sizes 0 and 1
+            return False
+        seen = self._elements.get(call, 0)
+        if seen >= compile_min():
+            return True
+        self._elements[call] = seen + numel
+        return False
+
+    def round(
+        self, call: Call, x: torch.Tensor, rng: RandomSource | None, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        fmt, mode, overflow, rand_bits = call.fmt, call.mode, call.overflow, call.rand_bits
+        xw = x.to(working_dtype(fmt, x.dtype))
+        if not compiles_at(x.numel()):  # a warm kernel on a small tensor: flattened, see the class
+            flat = xw.reshape(-1).detach()  # detach: dynamo guards on a view's base strides
+            torch._dynamo.maybe_mark_dynamic(flat, 0)  # compile for any size at once
+            return fused_round(fmt, flat, mode, overflow, rng, rand_bits).view(x.shape).to(x.dtype)
+        if out is not None and out.dtype == xw.dtype and _can_store_while_rounding(xw, out, call):
+            return fused_round(fmt, xw, mode, overflow, rng, rand_bits, out)
+        return fused_round(fmt, xw, mode, overflow, rng, rand_bits).to(x.dtype)
+
+    def encode(self, fmt: Format, y: torch.Tensor) -> torch.Tensor | None:
+        return fused_encode(fmt, y) if compiles_at(y.numel()) and not isinstance(fmt, Block) else None
+
+    def decode(self, fmt: Format, codes: torch.Tensor) -> torch.Tensor | None:
+        return fused_decode(fmt, codes) if compiles_at(codes.numel()) and not isinstance(fmt, Block) else None
+
+
+def _can_store_while_rounding(x: torch.Tensor, out: torch.Tensor, call: Call) -> bool:
+    """Whether the fused loop may store into `out` while it reads `x`.
+
+    Not when they overlap other than element for element, nor in place under exact
+    stochastic rounding, whose rare undecided elements are redone from the input.
+    """
+    if not can_write_while_reading(x, out):
+        return False
+    shared = out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    return not (shared and call.mode is Rounding.STOCHASTIC and call.rand_bits is None)
+
+
+register(FusedKernel())

@@ -16,9 +16,11 @@ import torch
 
 from anynum.formats import floating as fl
 from anynum.formats.base import Format
-from anynum.rounding import Rounding
+from anynum.kernels.route import Call, Kernel, register
+from anynum.kernels.settings import compiles_at
+from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["float32_cast_dtype", "native_cast_dtype", "native_round_trip"]
+__all__ = ["NativeCastKernel", "float32_cast_dtype", "native_cast_dtype", "native_round_trip"]
 
 
 @functools.cache
@@ -105,3 +107,35 @@ def native_round_trip(x: torch.Tensor, native: torch.dtype, out: torch.Tensor | 
         return torch.take(table, codes, out=out)
     y = torch.take(table, codes)
     return y if out is None else out.copy_(y)
+
+
+class NativeCastKernel(Kernel):
+    """Round to nearest even by torch's own cast round trip, where that cast *is* the rounding.
+
+    float32 CPU tensors onto fp16/bf16 (torch's vectorised casts, any size) and onto the
+    float8 formats torch has (below the compiled kernels' size: torch converts float8 one
+    element at a time, so large tensors go to a fused loop).
+    """
+
+    name = "native-cast"
+    rank = 20
+
+    def covers(self, call: Call) -> bool:
+        return call.device == "cpu" and call.dtype == torch.float32 and _dtype_of(call) is not None
+
+    def accepts(self, call: Call, numel: int) -> bool:
+        return _dtype_of(call) in (torch.float16, torch.bfloat16) or not compiles_at(numel)
+
+    def round(
+        self, call: Call, x: torch.Tensor, rng: RandomSource | None, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        native = _dtype_of(call)
+        assert native is not None
+        return native_round_trip(x, native, out)  # narrows into a new tensor first: out may be x
+
+
+def _dtype_of(call: Call) -> torch.dtype | None:
+    return float32_cast_dtype(call.fmt, call.mode, call.overflow)
+
+
+register(NativeCastKernel())

@@ -73,6 +73,7 @@ __all__ = [
 _LOCK = threading.Lock()
 _warned: set[str] = set()
 _sources: dict[str, NativeSource] = {}
+_open_libraries: list[int] = []  # descriptors of the loaded libraries (see `_load`)
 
 
 @dataclass(frozen=True)
@@ -386,10 +387,15 @@ def _load(src: NativeSource) -> ctypes.CDLL | None:
                     fd = _open_verified(lib)
             if fd is None:
                 raise OSError(f"{lib} did not verify right after it was built")
+        # The descriptor stays open for the life of the process: dlopen knows a library by its
+        # path, and a reused /proc/self/fd/N would otherwise name an earlier library.
         try:
-            return _dlopen(fd, lib)
-        finally:
+            loaded = _dlopen(fd, lib)
+        except OSError:
             os.close(fd)
+            raise
+        _open_libraries.append(fd)
+        return loaded
     except Exception as exc:  # no compiler, a failed build, an unloadable library
         _warn_once(
             f"build:{src.name}",

@@ -1,6 +1,6 @@
 """Rounding onto posits, bit pattern by bit pattern, for all nine rounding modes.
 
-`Posit._split` locates each magnitude on the posit grid: the code of its lower
+`Posit.locate` locates each magnitude on the posit grid: the code of its lower
 neighbour and its position towards the next code (in *code* space, where the
 2022 standard rounds). From that:
 
@@ -30,7 +30,7 @@ __all__: list[str] = []
 
 @working_dtype.register
 def _(fmt: Posit, dtype: torch.dtype) -> torch.dtype:
-    # The grid is found from the input's own bits (`Posit._split`), so float32 inputs
+    # The grid is found from the input's own bits (`Posit.locate`), so float32 inputs
     # stay float32 whenever every posit value is a normal float32.
     return torch.float32 if dtype != torch.float64 and fmt.fits_float32() else torch.float64
 
@@ -47,7 +47,7 @@ def _round_posit(
     a = torch.abs(x)
     finite = a < torch.inf  # not torch.isfinite: that one does not vectorize in Inductor
     a_safe = torch.where(finite & (a > 0), a, 1.0)
-    sp = fmt._split(a_safe)
+    sp = fmt.locate(a_safe)
     neg = x < 0
 
     if mode is Rounding.STOCHASTIC:

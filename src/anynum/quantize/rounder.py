@@ -1,0 +1,261 @@
+"""`Rounder`: one number category (format, rounding, overflow, random stream) resolved once.
+
+Training loops round the same small tensors thousands of times per second; a
+Rounder validates its arguments once and keeps the router's `Plan` per input
+dtype and device, so each call is one plan lookup and one kernel call.
+Quantizers, QAT layers, the quantized optimizer, the DDP hook, emulation and
+the compat facades all round through Rounders.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from anynum.errors import AnynumError
+from anynum.formats.base import Format
+from anynum.formats.block import Block
+from anynum.formats.registry import format as lookup_format
+from anynum.kernels.customop import register_stream
+from anynum.kernels.route import Plan, plan_for
+from anynum.kernels.settings import compile_mode
+from anynum.quantize.checks import TORCH_FLOATS, check_overflow_fits, check_rand_bits, check_representable
+from anynum.rounding import RandomSource, Rounding, RoundingLike, make_random_source, parse_rounding
+
+__all__ = ["Rounder"]
+
+#: Tensor attribute holding the `_grid_tag` of the last `Rounder.mark_on_grid`.
+_ON_GRID_ATTR = "_anynum_on_grid"
+
+
+def _grid_tag(t: torch.Tensor, rounder: Rounder) -> tuple[Any, ...]:
+    """What `Rounder.mark_on_grid` records: the grid, and the tensor's state as autograd tracks it.
+
+    The version counter moves with every in-place write; the storage address and dtype move
+    when the tensor is given new data (``p.data = ...``, ``module.half()``), which keeps the
+    version.
+    """
+    return (rounder.fmt, rounder.overflow, t._version, t.data_ptr(), t.dtype)
+
+
+class Rounder:
+    """One number category, resolved once: format, rounding mode, overflow and random stream.
+
+    Calling it rounds a tensor onto the grid without autograd (the result is a
+    new tensor of the input's dtype). Stochastic modes draw from a private
+    `torch.Generator` per device, seeded from `seed` (or, when neither seed nor
+    generator is given, from torch's global generator at construction, so
+    `torch.manual_seed` makes training reproducible); the stream advances on
+    every call, so successive calls are independent.
+
+    Results equal `anynum.quantize` with the same arguments bit for bit (the
+    call skips its argument checks, done once here). Special values: NaN stays
+    NaN, ±inf and overflow follow `overflow` (the format's default when None:
+    inf if it has infinities, else saturate).
+
+    >>> import torch, anynum as an
+    >>> r = Rounder(an.E4M3FN)
+    >>> r(torch.tensor([0.1, 500.0, float("inf")])).tolist()
+    [0.1015625, 448.0, 448.0]
+    """
+
+    def __init__(
+        self,
+        fmt: Format | str,
+        rounding: RoundingLike = "nearest",
+        overflow: str | None = None,
+        *,
+        rand_bits: int | None = None,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.fmt = lookup_format(fmt)
+        self.mode = parse_rounding(rounding)
+        self.overflow = self.fmt.check_overflow(overflow)
+        check_rand_bits(rand_bits, self.mode)
+        self.rand_bits = rand_bits
+        if generator is not None and seed is not None:
+            raise AnynumError("pass either generator= or seed=, not both.")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise AnynumError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        if self.mode.is_stochastic and generator is None and seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)))
+        self.seed = seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+        if generator is not None:
+            self._generators[generator.device] = generator
+        self._checked: set[torch.dtype] = set()
+        self.spec = self.fmt.canonical_name  # how a traced graph names the format
+        self._stream: int | None = None  # the random stream's id for compiled graphs
+        self._register_stream()
+        self._plans: dict[tuple[torch.dtype, str, str], Plan] = {}  # by (dtype, device type, switch)
+
+    def __repr__(self) -> str:
+        return f"Rounder({self.fmt.display_name()}, {self.mode.name}, overflow={self.overflow!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rounder) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple:
+        return (self.fmt, self.mode, self.overflow, self.rand_bits, self.seed)
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """The generator that feeds stochastic rounding on `device` (created on first use)."""
+        g = self._generators.get(device)
+        if g is None:
+            if self.seed is None:
+                raise AnynumError(
+                    f"this Rounder was built with a generator on another device; got a tensor on {device}."
+                )
+            g = torch.Generator(device=device)
+            g.manual_seed(self.seed + len(self._generators))
+            self._generators[device] = g
+        return g
+
+    def check_dtype(self, dtype: torch.dtype) -> None:
+        """Raise a clear AnynumError when tensors of `dtype` cannot hold this format's values."""
+        if dtype in self._checked:
+            return
+        if dtype not in TORCH_FLOATS:
+            raise AnynumError(
+                f"{self.fmt.display_name()} quantizes float16/bfloat16/float32/float64 tensors, "
+                f"got {dtype}; convert it first (x.float())."
+            )
+        with torch.device("cpu"):  # callers may be building modules under torch.device("meta")
+            check_representable(self.fmt, dtype)
+            check_overflow_fits(self.fmt, self.overflow, dtype)
+        self._checked.add(dtype)
+
+    def plan(self, dtype: torch.dtype, device: str) -> Plan:
+        """The router's `Plan` for this category on `dtype` tensors on `device` (resolved once)."""
+        key = (dtype, device, compile_mode())  # the switch changes which kernels cover a call
+        plan = self._plans.get(key)
+        if plan is None:
+            self.check_dtype(dtype)
+            random = "counter" if self.mode.is_stochastic else None
+            plan = plan_for(self.fmt, self.mode, self.overflow, self.rand_bits, dtype, device, random)
+            self._plans[key] = plan
+        return plan
+
+    def _rng(self, device: torch.device) -> RandomSource | None:
+        # The generator hands out one fresh seed per call, so successive calls are independent.
+        if not self.mode.is_stochastic:
+            return None
+        return make_random_source(self.generator(device), None, device)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # What `quantize` does, minus the argument checks this object did once at construction.
+        if torch.compiler.is_compiling():
+            return self._as_custom_op(x)
+        if not isinstance(x, torch.Tensor):
+            raise AnynumError(
+                f"a Rounder rounds torch tensors, got {type(x).__name__}; use an.quantize for NumPy, "
+                "JAX and Dask arrays."
+            )
+        plan = self.plan(x.dtype, x.device.type)
+        # Kernels build no autograd graph from a tensor that does not require grad.
+        return plan.run(x.detach() if x.requires_grad else x, self._rng(x.device))
+
+    def _as_custom_op(self, x: torch.Tensor) -> torch.Tensor:
+        """The same rounding as one opaque ``anynum::`` op, for torch.compile and torch.export."""
+        rand_bits = self.rand_bits or 0
+        if not self.mode.is_stochastic:
+            return torch.ops.anynum.round(x, self.spec, self.mode.value, self.overflow, rand_bits)
+        assert self._stream is not None
+        stream = self._stream
+        return torch.ops.anynum.round_stream(x, self.spec, self.mode.value, self.overflow, rand_bits, stream)
+
+    def round_into(self, x: torch.Tensor) -> None:
+        """Round `x` in place (the values of ``self(x)``, written without a second buffer where the
+        kernel can).
+
+        >>> import torch, anynum as an
+        >>> x = torch.tensor([0.3, 1000.0]); Rounder(an.E4M3FN).round_into(x); x.tolist()
+        [0.3125, 448.0]
+        """
+        plan = self.plan(x.dtype, x.device.type)
+        with torch.no_grad():
+            plan.run(x.detach(), self._rng(x.device), x.detach())
+
+    # --- tensors known to be on the grid -----------------------------------------------------
+    # Rounding a value of the grid gives it back, so a tensor that this grid's rounder has just
+    # written needs no second rounding until it changes. "Changes" is read from the tensor's
+    # version counter, the one autograd uses to detect in-place modification; like autograd it
+    # cannot see writes through ``.data``.
+    def mark_on_grid(self, t: torch.Tensor) -> None:
+        """Record that `t`, as it is now, holds only values this rounder can produce.
+
+        Call it right after writing this rounder's result into `t`. Only elementwise
+        formats are recorded (re-rounding a block format can pick another scale).
+        """
+        if not isinstance(self.fmt, Block):
+            setattr(t, _ON_GRID_ATTR, _grid_tag(t, self))
+
+    def is_identity_on(self, t: torch.Tensor) -> bool:
+        """Whether rounding `t` now would return it unchanged because it is marked on this grid.
+
+        True only for deterministic modes (a stochastic call would also advance the stream),
+        the same format and overflow as the marking rounder, and an unmodified tensor.
+
+        >>> import torch, anynum as an
+        >>> r, w = Rounder(an.BF16), torch.tensor([1.0, 2.0])
+        >>> r.mark_on_grid(w); r.is_identity_on(w)
+        True
+        >>> _ = w.add_(1e-3); r.is_identity_on(w)
+        False
+        """
+        tag = getattr(t, _ON_GRID_ATTR, None)
+        return tag is not None and not self.mode.is_stochastic and tag == _grid_tag(t, self)
+
+    def on_grid(self, x: torch.Tensor) -> torch.Tensor:
+        """Boolean mask: True where `x` is a value of the format (NaN counts if the format has NaN)."""
+        self.check_dtype(x.dtype)
+        xd = x.detach()
+        device = xd.device.type
+        nearest = plan_for(self.fmt, Rounding.NEAREST_EVEN, self.overflow, None, xd.dtype, device, None)
+        with torch.no_grad():
+            ok: torch.Tensor = nearest.run(xd, None) == xd
+        if self.fmt.has_nan:
+            ok |= torch.isnan(xd)
+        return ok
+
+    # Generators are plain state; pickling/deepcopy keep the stream position. Plans and the
+    # compiled graphs' stream registration belong to this object in this process.
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_plans": {}, "_stream": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._register_stream()
+
+    def _register_stream(self) -> None:
+        # Registered up front: a compiled graph cannot trace the registration itself.
+        if self.mode.is_stochastic:
+            self._stream = register_stream(self, _StreamOf(self))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {str(d): g.get_state() for d, g in self._generators.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for d, s in state.items():
+            self.generator(torch.device(d)).set_state(s)
+
+
+class _StreamOf:
+    """The random stream of a Rounder for ``anynum::round_stream``, without keeping the Rounder alive."""
+
+    def __init__(self, rounder: Rounder) -> None:
+        self.rounder = weakref.ref(rounder)
+
+    def __call__(self, device: torch.device) -> RandomSource:
+        rounder = self.rounder()
+        if rounder is None:
+            raise RuntimeError("anynum: the Rounder of this random stream no longer exists")
+        rng = rounder._rng(device)
+        assert rng is not None
+        return rng
