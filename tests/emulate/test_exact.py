@@ -13,8 +13,7 @@ from reference import round_exact
 
 import anynum as an
 from anynum.emulate.exact import exact_dot, exact_sum
-from anynum.emulate.grid import Grid, bernoulli_pair
-from anynum.rounding import RandomSource
+from anynum.emulate.grid import Grid
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -95,29 +94,6 @@ def test_round_pair_at_every_boundary(mode, fmt):
         got = g.round_pair(pts, sign * tiny, force=True)
         for p, t, r in zip(pts.tolist(), (sign * tiny).tolist(), got.tolist()):
             assert Fraction(r) == round_exact(Fraction(p) + Fraction(t), f, mode), (p, t, r)
-
-
-class _Bits(RandomSource):
-    """Counter bits replaced by given 53-bit chunks per round (stream)."""
-
-    def __init__(self, chunks):
-        self.chunks = chunks
-
-    def bits_at(self, index, nbits, stream):
-        return torch.full(index.shape, self.chunks[stream], dtype=torch.int64)
-
-
-def test_bernoulli_pair_compares_the_tail_exactly():
-    f1 = torch.tensor([0.5], dtype=torch.float64)
-    f2 = torch.tensor([2.0**-80], dtype=torch.float64)  # f = 1/2 + 2**-80
-    idx = torch.arange(1)
-    half = 1 << 52
-    # first chunk equals f's first 53 bits: the tail decides in the next rounds
-    assert bool(bernoulli_pair(f1, f2, _Bits([half, 0, 0]), idx))  # u = 1/2 exactly < f
-    assert not bool(bernoulli_pair(f1, f2, _Bits([half, 1 << 52, 0]), idx))  # u = 1/2 + 2**-54 > f
-    assert bool(bernoulli_pair(f1, f2, _Bits([half, (1 << 26) - 1, 0]), idx))  # u < 1/2 + 2**-80 = f
-    assert not bool(bernoulli_pair(f1, f2, _Bits([half, 1 << 26, 0]), idx))  # u = f: not below it
-    assert not bool(bernoulli_pair(f1, -f2, _Bits([half, 0, 0]), idx))  # f below 1/2: u = 1/2 > f
 
 
 def test_stochastic_pairs_are_unbiased_and_reproducible():

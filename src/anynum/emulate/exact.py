@@ -27,7 +27,6 @@ import torch
 
 from anynum.mc.eft import two_sum
 
-
 __all__ = ["add_tail", "exact_dot", "exact_sum"]
 
 _W = 26  # limb width: two limbs make an exact 52-bit float64 integer

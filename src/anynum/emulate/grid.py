@@ -12,32 +12,31 @@ Why ``round_pair``: rounding ``fl64(a + b)`` is the correct single rounding of
 ``a + b`` in the nearest modes for every format of at most 25 significant bits
 (2p + 2 <= 53 makes float64 double rounding innocuous), but not under directed,
 odd or stochastic modes: bf16 ``ru`` of ``1 + 2**-100`` must give ``1 + 2**-7``
-although ``fl64(1 + 2**-100) == 1``. The exact error ``e`` decides: its sign is
-the sticky bit (where y is itself a rounding boundary it is moved one float64
-step towards e, which reaches no other boundary of a grid of at most 50 bits),
-and its value enters the stochastic probability exactly (`bernoulli_pair`).
+although ``fl64(1 + 2**-100) == 1``. The exact error ``e`` decides (DESIGN.md
+Resolution 6). The rule is the project's one rule for exact pairs,
+`anynum.ops.core.round_exact`: round ``y + e`` to odd in float64, then once onto
+the grid; stochastic modes move ``e`` into the probability. The C sequential
+kernel (`anynum.emulate.native`) applies the same round-to-odd step.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import torch
 
-from anynum.emulate import native
 from anynum.errors import AnynumError, RepresentabilityError
 from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.floating import FP32
 from anynum.formats.registry import format as lookup_format
-from anynum.mc.eft import two_prod, two_sum
-from anynum.nn.quantizer import Rounder
+from anynum.ops.core import Settings, round_exact
 from anynum.quantize import quantize
-from anynum.rounding import CounterRandom, RandomSource, Rounding, RoundingLike, parse_rounding
+from anynum.quantize.rounder import Rounder
+from anynum.rounding import CounterRandom, Rounding, RoundingLike, parse_rounding
 
-__all__ = ["Grid", "bernoulli_pair", "elementwise_format", "is_exact_pair_mode"]
+__all__ = ["Grid", "check_float_container", "elementwise_format", "is_exact_pair_mode"]
 
 #: Deterministic rounders, resolved once per (format, mode, overflow) for the whole process.
 _ROUNDERS: dict[tuple[Format, Rounding, str], Rounder] = {}
@@ -45,8 +44,6 @@ _ROUNDERS: dict[tuple[Format, Rounding, str], Rounder] = {}
 _TAG = "_anynum_grid"
 #: Attribute holding (tag, float64 copy) of a narrower tensor this grid produced (see `Grid.wide`).
 _WIDE = "_anynum_f64"
-#: Beyond this many significant bits the one-ulp nudge of `round_pair` could cross a boundary.
-_PAIR_MAX_PRECISION = 50
 _MASK62 = (1 << 62) - 1
 
 
@@ -73,7 +70,7 @@ def elementwise_format(fmt: Format) -> Format:
 
 
 def is_exact_pair_mode(mode: Rounding, precision: int) -> bool:
-    """Whether rounding ``fl64(x)`` can differ from rounding an exact sum/product x (so `round_pair` is needed).
+    """Whether rounding ``fl64(x)`` can differ from rounding an exact sum/product x (`round_pair` needed).
 
     Nearest modes are safe up to 25 significant bits (2p + 2 <= 53); every other
     mode reads the bits float64 drops.
@@ -164,10 +161,6 @@ class Grid:
         if x.numel() == 0:
             return x.detach().clone()
         if self._det is not None:
-            if x.dtype in (torch.float64, torch.float32):  # float32 values widen exactly
-                fast = native.round_values(x.to(torch.float64), self, x.dtype)
-                if fast is not None:
-                    return fast
             return self._det(x)
         return quantize(x.detach(), self.fmt, self.mode, overflow=self.overflow, seed=self.next_seed())
 
@@ -185,10 +178,6 @@ class Grid:
         """``round(x)`` stored as `dtype` (checked to hold the grid, so the cast is exact)."""
         if dtype != x.dtype:
             self.check_dtype(dtype)
-            if self._det is not None and x.dtype == torch.float64 and dtype == torch.float32:
-                fast = native.round_values(x, self, dtype)  # rounds and narrows in one pass
-                if fast is not None:
-                    return fast
         return self.round(x).to(dtype)
 
     def round_scalar(self, v: float) -> float:
@@ -203,69 +192,23 @@ class Grid:
         return float(self.round(torch.tensor([float(v)], dtype=torch.float64))[0])
 
     def round_pair(self, y: torch.Tensor, e: torch.Tensor, *, force: bool = False) -> torch.Tensor:
-        """The exact value ``y + e`` (float64, ``|e|`` below one ulp of y) rounded once.
+        """The exact value ``y + e`` (float64; y + e lies strictly between y and its float64
+        neighbour on e's side, as after TwoSum/TwoProduct or a truncation) rounded once.
 
-        `e` is the TwoSum/TwoProduct error term (0 where y is exact). Without
-        `force`, nearest modes on grids of at most 25 bits round ``y`` alone, which
-        is exact when y + e is a sum or product of two values of the grid (double
-        rounding through float64 is innocuous there); pass ``force=True`` for any
-        other pair. Formats of more than 50 significant bits round ``y`` (float64
-        is their working precision).
+        `e` is the error term (0 where y is exact). The rounding is `anynum.ops`' one rule
+        for exact pairs, `anynum.ops.core.round_exact` (round to odd in float64, then once
+        onto the grid; stochastic modes move the error term into the probability). Without
+        `force`, nearest modes on grids of at most 25 bits round ``y`` alone, which is exact
+        when y + e is a sum or product of two values of the grid (double rounding through
+        float64 is innocuous there); pass ``force=True`` for any other pair.
         """
-        if self.precision > _PAIR_MAX_PRECISION or not (force or self.needs_pair):
+        if not (force or self.needs_pair):
             return self.round(y)
-        inexact = (e != 0).reshape(-1)
-        if not bool(inexact.any()):
+        if not bool((e != 0).any()):
             return self.round(y)
-        idx = torch.nonzero(inexact).reshape(-1)
-        ys, es = y.reshape(-1)[idx], e.reshape(-1)[idx]
-        if self.stochastic:
-            out = self.round(y).reshape(-1).clone()
-            out[idx] = self._stochastic_pair(ys, es, idx)
-            return out.view(y.shape)
-        flat = y.reshape(-1).clone()
-        flat[idx] = self._nudge(ys, es, self.mode)
-        return self.round(flat.view(y.shape))
-
-    def _nudge(self, y: torch.Tensor, e: torch.Tensor, mode: Rounding) -> torch.Tensor:
-        """y moved one float64 step towards e where y is a decision point of `mode`, else y.
-
-        The exact value y + e lies strictly between y and its float64 neighbour on e's
-        side. Where y is not a boundary of the rounding, y rounds like y + e; where it is
-        (a grid point for directed, odd and stochastic modes, a tie point for the nearest
-        ones), the neighbour does, since boundaries of a grid of at most 50 bits are more
-        than one float64 step apart.
-        """
-        if mode.is_nearest:
-            at = _rounder(self.fmt, Rounding.NEAREST_AWAY, self.overflow)(y) != _rounder(
-                self.fmt, Rounding.NEAREST_ZERO, self.overflow)(y)
-        else:
-            at = self._nearest(y) == y
-        towards = torch.where(e > 0, math.inf, -math.inf).to(y.dtype)
-        return torch.where(at, torch.nextafter(y, towards), y)
-
-    def _stochastic_pair(self, y: torch.Tensor, e: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        z = self._nudge(y, e, Rounding.TOWARD_ZERO)  # between the same grid neighbours as y + e
-        lo = _rounder(self.fmt, Rounding.DOWN, self.overflow)(z)
-        hi = _rounder(self.fmt, Rounding.UP, self.overflow)(z)
-        rng = CounterRandom(self.next_seed())
-        if self.mode is Rounding.STOCHASTIC_UNIFORM:
-            up = rng.bits_at(index, 1, 0).bool()
-        else:
-            gap = hi - lo
-            ok = torch.isfinite(gap) & (gap > 0)
-            safe = torch.where(ok, gap, torch.ones_like(gap))
-            d = torch.where(ok, y - lo, torch.zeros_like(y))  # exact: lo is a coarse multiple below y
-            f1, r = _div_pair(d, safe)
-            f2 = (r + torch.where(ok, e, torch.zeros_like(e))) / safe
-            up = bernoulli_pair(f1, f2, rng, index)
-        out = torch.where(up, hi, lo)
-        # beyond the grid's range (no finite neighbour pair) the plain stochastic rule decides
-        finite = torch.isfinite(lo) & torch.isfinite(hi) & (hi > lo)
-        if not bool(finite.all()):
-            out = torch.where(finite, out, quantize(z, self.fmt, self.mode, overflow=self.overflow,
-                                                    seed=self.next_seed()))
-        return out
+        rng = CounterRandom(self.next_seed()) if self.stochastic else None
+        st = Settings("emulate", self.fmt, self.mode, self.overflow, None, rng, "ignore")
+        return round_exact(y.to(torch.float64), e.to(torch.float64), st).to(y.dtype)
 
     # --- tensors known to be on the grid ----------------------------------------------------
     def mark(self, t: torch.Tensor, *, written: bool = False) -> torch.Tensor:
@@ -310,50 +253,6 @@ class Grid:
         if self.is_marked(t):
             return t
         return self.mark(self.round(t))
-
-
-def _div_pair(d: torch.Tensor, gap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``q = fl(d / gap)`` and ``r = d - q * gap`` (exact for power-of-two gaps, else to 2**-106)."""
-    q = d / gap
-    p, pe = two_prod(q, gap)
-    return q, (d - p) - pe
-
-
-def bernoulli_pair(f1: torch.Tensor, f2: torch.Tensor, rng: RandomSource, index: torch.Tensor) -> torch.Tensor:
-    """True with probability ``f1 + f2`` (a two-term value in [0, 1]), exactly.
-
-    A uniform u is compared with f 53 bits at a time: chunk k of u (stream =
-    round) against the integer part of ``f * 2**53``; equal chunks pass the rest
-    of f, still two-term, to the next round. Decided after one round except with
-    probability about 2**-52 per element. `index` addresses each element's bits.
-
-    >>> import torch
-    >>> from anynum.rounding import CounterRandom
-    >>> f = torch.full((20000,), 0.25, dtype=torch.float64)
-    >>> up = bernoulli_pair(f, torch.zeros_like(f), CounterRandom(1), torch.arange(20000))
-    >>> abs(up.double().mean().item() - 0.25) < 0.02
-    True
-    """
-    f1, f2 = two_sum(f1, f2)
-    up = torch.zeros(f1.shape, dtype=torch.bool, device=f1.device)
-    live = torch.arange(f1.numel(), device=f1.device)
-    a, b, idx = f1.reshape(-1), f2.reshape(-1), index.reshape(-1)
-    flat = up.reshape(-1)
-    for level in range(8):
-        k = rng.bits_at(idx, 53, level).to(torch.float64)
-        t = a * 2.0**53
-        c = torch.floor(t)
-        s1, s2 = two_sum(c - k, t - c)  # (c - k) is an exact integer, t - c exact
-        s1, s3 = two_sum(s1, b * 2.0**53)
-        g1, g2 = two_sum(s1, s2 + s3)
-        yes = (g1 > 1) | ((g1 == 1) & (g2 >= 0))
-        no = (g1 < 0) | ((g1 == 0) & (g2 <= 0))
-        flat[live[yes]] = True
-        more = ~(yes | no)
-        live, a, b, idx = live[more], g1[more], g2[more], idx[more]
-        if live.numel() == 0:
-            break
-    return up
 
 
 def check_float_container(grid: Grid, dtype: torch.dtype) -> None:

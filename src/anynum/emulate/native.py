@@ -1,21 +1,18 @@
-"""The C kernels of emulation (seqdot.c), built and loaded through `anynum.kernels.nativelib`.
+"""The C kernel of emulation (seqdot.c): ``order="sequential"`` accumulation, loaded through
+`anynum.kernels.nativelib`.
 
-Two jobs, both bit-identical to the torch reference (tests compare them on every code of the
-small formats and on random data):
+In torch, sequential accumulation is a Python loop over the reduction axis, far too slow for
+a training step; the C loop keeps the order and the roundings (every product unless
+``fma=True``, every partial sum), runs across the outputs of a row, and splits the outputs
+over ``torch.get_num_threads()`` threads (ctypes releases the GIL). Its rounding functions
+exist for this loop only and are held bit for bit to the torch kernels by the tests
+(`round_pairs` exports them for that); every other rounding in emulation goes through
+`anynum.quantize` and the kernel router.
 
-* `round_values`: one rounding of float64 values onto a float or posit grid, written as
-  float64 or float32. It is the fast path of the rounding seam (`Grid.round`) for the
-  deterministic modes, 20 to 50 times faster than the general kernels on the float64
-  results emulation produces. (When the kernel router lands, the seam asks it instead.)
-* `sequential_dot`: ``order="sequential"`` accumulation. In torch that is a Python loop
-  over the reduction axis, far too slow for a training step; the C loop keeps the order and
-  the roundings, runs across the outputs of a row, and splits rows over
-  ``torch.get_num_threads()`` threads (ctypes releases the GIL).
-
-Both cover signed float formats with a zero and posits with ``scale_exp=0`` and
+It covers signed float formats with a zero and posits with ``scale_exp=0`` and
 ``underflow="minpos"``, in the deterministic rounding modes, on CPU; everything else
-(stochastic modes, fixed point, tables) takes the torch paths. ``ANYNUM_EMULATE_NATIVE=0``
-turns the C kernels off.
+(stochastic modes, fixed point, tables) takes the torch loop. ``ANYNUM_EMULATE_NATIVE=0``
+turns the C kernel off.
 """
 
 from __future__ import annotations
@@ -35,9 +32,10 @@ from anynum.formats.base import Format
 from anynum.formats.floating import FloatFormat
 from anynum.formats.posit import Posit
 from anynum.kernels.nativelib import NativeSource, load
+from anynum.ops.core import odd_rounding_applies
 from anynum.rounding import Rounding
 
-__all__ = ["available", "round_pairs", "round_values", "sequential_dot", "supported"]
+__all__ = ["available", "round_pairs", "sequential_dot", "supported"]
 
 _MODES = {
     Rounding.NEAREST_EVEN: 0,
@@ -49,8 +47,6 @@ _MODES = {
     Rounding.ODD: 6,
 }
 _OVERFLOW = {"saturate": 0, "inf": 1, "nan": 2}
-#: Below this many elements one thread rounds (starting the others costs more than it saves).
-_PARALLEL_MIN = 1 << 17
 
 _SOURCE = NativeSource("emulate_seqdot", (Path(__file__).with_name("seqdot.c")).read_text())
 
@@ -97,8 +93,6 @@ def _library() -> Any:
     i64, i32 = ctypes.c_int64, ctypes.c_int32
     lib.anynum_emu_round.argtypes = [d, d, d, i64, p]
     lib.anynum_emu_round.restype = None
-    lib.anynum_emu_round_to.argtypes = [d, d, i64, i32, p]
-    lib.anynum_emu_round_to.restype = None
     lib.anynum_seq_dot.argtypes = [d, d, d, i64, i64, i64, i64, i64, i64, i32, i32, p]
     lib.anynum_seq_dot.restype = None
     return lib
@@ -110,7 +104,7 @@ def available() -> bool:
 
 
 def supported(fmt: Format, mode: Rounding) -> bool:
-    """Whether the C kernels round onto `fmt` in `mode` (when `available`)."""
+    """Whether the C kernel accumulates onto `fmt` in `mode` (when `available`)."""
     if mode not in _MODES:
         return False
     if isinstance(fmt, FloatFormat):
@@ -180,7 +174,7 @@ def _for_grid(grid: Any) -> _Compiled | None:
     """The compiled parameters of a `Grid`, or None where the C kernels do not apply."""
     if _library() is None or not supported(grid.fmt, grid.mode):
         return None
-    return _compiled(grid.fmt, grid.mode, grid.overflow, grid.precision <= 50, grid.needs_pair)
+    return _compiled(grid.fmt, grid.mode, grid.overflow, odd_rounding_applies(grid.fmt), grid.needs_pair)
 
 
 _POOL: list[ThreadPoolExecutor] = []
@@ -196,33 +190,6 @@ def _parallel(jobs: list[Callable[[], None]]) -> None:
     else:
         for j in jobs:
             j()
-
-
-def round_values(x: torch.Tensor, grid: Any, out_dtype: torch.dtype) -> torch.Tensor | None:
-    """`x` (float64, CPU) rounded once onto `grid`, as `out_dtype` (float64, or float32 when the
-    caller checked float32 holds the grid); None where the C kernel does not apply."""
-    c = _for_grid(grid)
-    if c is None or x.dtype != torch.float64 or x.device.type != "cpu" or out_dtype not in (
-        torch.float64, torch.float32
-    ):
-        return None
-    lib = _library()
-    src = x.detach().contiguous()
-    out = torch.empty(src.shape, dtype=out_dtype)
-    n = src.numel()
-    f32 = int(out_dtype == torch.float32)
-    params = ctypes.byref(c.params)
-    sp, op, size = src.data_ptr(), out.data_ptr(), out.element_size()
-    chunks = max(1, min(torch.get_num_threads(), n // _PARALLEL_MIN))
-    step = math.ceil(n / chunks) if n else 0
-
-    def job(i: int) -> Callable[[], None]:
-        lo = i * step
-        hi = min(n, lo + step)
-        return lambda: lib.anynum_emu_round_to(sp + 8 * lo, op + size * lo, hi - lo, f32, params)
-
-    _parallel([job(i) for i in range(chunks)] if n else [])
-    return out
 
 
 def round_pairs(y: torch.Tensor, e: torch.Tensor | None, grid: Any) -> torch.Tensor | None:

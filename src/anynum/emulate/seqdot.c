@@ -3,9 +3,11 @@
  *
  * The rounding functions mirror anynum's torch kernels bit for bit (tests compare them on every
  * code and on random pairs): `round_float` is kernels/eager.py's float rule, `round_posit` the
- * bit-pattern rule of kernels/posit.py. An exact error term e (TwoSum, or the fma product error)
- * is applied as in Grid.round_pair: where the value is itself a rounding boundary it moves one
- * float64 step towards e, which reaches no other boundary of a grid of at most 50 significant bits.
+ * bit-pattern rule of kernels/posit.py. They exist only for this loop: everything else rounds
+ * through anynum.quantize and the kernel router. An exact error term e (TwoSum, or the fma
+ * product error) is applied by the project's one rule for exact pairs (anynum.ops.core.round_exact):
+ * y + e is first rounded to odd in float64 (y, or its neighbour towards e where y is even), which
+ * rounds onto any grid whose values and boundaries are even float64s like y + e itself.
  *
  * `round_fast` is a branch-light round-to-nearest-even for binades where the grid keeps at least
  * one fraction bit (a per-binade table of kept bits): add half an ulp minus one plus the last kept
@@ -33,7 +35,7 @@ typedef struct {
     double minpos;
     double maxpos;
     /* rounding of pairs */
-    int32_t pair_ok;     /* the grid has at most 50 significant bits: nudging is exact */
+    int32_t pair_ok;     /* ops.core.odd_rounding_applies(fmt): rounding to odd first is exact */
     int32_t needs_pair;  /* Grid.needs_pair: plain sums of two grid values still nudge */
     const int16_t *fast; /* kept fraction bits per biased float64 exponent (2049 entries), <= 0: full
                           * rule; NULL unless the mode is round-to-nearest-even */
@@ -174,13 +176,6 @@ static double round_mode(double x, const Params *p, int mode) {
 
 static double round_full(double x, const Params *p) { return round_mode(x, p, p->mode); }
 
-/* Grid._nudge: is y a boundary of the rounding (a tie point for the nearest modes, a grid
- * point for the others)? Only there does the exact remainder's sign change the result. */
-static int decision_point(double y, const Params *p) {
-    if (p->mode <= 2) return round_mode(y, p, 1) != round_mode(y, p, 2);
-    return round_mode(y, p, 0) == y;
-}
-
 static inline double round_fast(double x, const Params *p) __attribute__((always_inline));
 static inline double round_fast(double x, const Params *p) {
     uint64_t bits;
@@ -198,26 +193,16 @@ static inline double round_fast(double x, const Params *p) {
 }
 
 static inline double round_pair(double y, double e, int force, const Params *p) {
-    if (e != 0 && p->pair_ok && (force || p->needs_pair) && decision_point(y, p))
-        y = nextafter(y, e > 0 ? INFINITY : -INFINITY);
+    if (e != 0 && p->pair_ok && (force || p->needs_pair) && isfinite(y)) {
+        uint64_t bits;
+        memcpy(&bits, &y, 8);
+        if (!(bits & 1)) y = nextafter(y, e > 0 ? INFINITY : -INFINITY); /* round to odd */
+    }
     return p->fast ? round_fast(y, p) : round_full(y, p);
 }
 
-/* out[i] = x[i] rounded once, stored as double (f32 == 0) or float (f32 == 1: exact, the
- * caller checked that float holds the grid). */
-void anynum_emu_round_to(const double *x, void *out, int64_t n, int32_t f32, const Params *p) {
-    if (f32) {
-        float *o = (float *)out;
-        if (p->fast) for (int64_t i = 0; i < n; i++) o[i] = (float)round_fast(x[i], p);
-        else for (int64_t i = 0; i < n; i++) o[i] = (float)round_full(x[i], p);
-    } else {
-        double *o = (double *)out;
-        if (p->fast) for (int64_t i = 0; i < n; i++) o[i] = round_fast(x[i], p);
-        else for (int64_t i = 0; i < n; i++) o[i] = round_full(x[i], p);
-    }
-}
-
-/* out[i] = the pair (x[i], e[i]) rounded once (e may be NULL: plain rounding). */
+/* out[i] = the pair (x[i], e[i]) rounded once (e may be NULL: plain rounding): the rounding the
+ * loop below applies, exported so tests hold it to the torch reference on every code. */
 void anynum_emu_round(const double *x, const double *e, double *out, int64_t n, const Params *p) {
     for (int64_t i = 0; i < n; i++) out[i] = round_pair(x[i], e ? e[i] : 0.0, 1, p);
 }
