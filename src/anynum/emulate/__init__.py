@@ -9,7 +9,7 @@ accumulation formats and the posit quire.
 >>> with an.emulate("posit(16,2)"):
 ...     y = torch.tensor([1.0]) / 3
 >>> y.item()
-0.333343505859375
+0.3333740234375
 """
 
 import inspect

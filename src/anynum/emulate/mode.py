@@ -164,8 +164,8 @@ def emulate(
             backward), sum/mean/cumsum/prod and vector norms.
         order: "sequential", "pairwise" or an int k (k exact products per rounding).
         fma: with a format `accumulate`, keep products exact (one rounding per multiply-add).
-        include, exclude: aten op names ('tanh', 'aten.add.Tensor') to emulate
-            only, or to leave in the tensors' own precision.
+        include: aten op names ('tanh', 'aten.add.Tensor') to emulate only.
+        exclude: aten op names to leave in the tensors' own precision.
 
     NaN stays NaN (NaR for posits); ±inf and overflow follow the format's
     default policy (inf where the format has infinities, else saturation to

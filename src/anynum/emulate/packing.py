@@ -24,43 +24,9 @@ import torch
 from anynum.errors import AnynumError
 from anynum.formats.base import Format
 from anynum.formats.block import Block, BlockCodes
-from anynum.formats.fixed import FixedPoint, IntFormat
-from anynum.formats.floating import FloatFormat
-from anynum.formats.posit import Posit
-from anynum.formats.registry import format as lookup_format
 from anynum.quantize import decode, encode
 
-__all__ = ["Packed", "format_name", "pack", "storage_dtype", "unpack_values"]
-
-
-def format_name(fmt: Format) -> str:
-    """A name `anynum.format` maps back to `fmt` (what checkpoints record, Resolution 7).
-
-    >>> import anynum as an
-    >>> format_name(an.Posit(16, 2)), format_name(an.FloatFormat(5, 3)), format_name(an.MXFP8_E4M3)
-    ('posit(16,2)', 'e5m3', 'mxfp8_e4m3')
-    """
-    candidates: list[str] = []
-    if fmt.name:
-        candidates.append(fmt.name)
-    if isinstance(fmt, Posit):
-        candidates.append(f"posit({fmt.n},{fmt.es})")
-    elif isinstance(fmt, FloatFormat):
-        candidates += [f"e{fmt.exp_bits}m{fmt.man_bits}{s}" for s in ("", "fn", "fnuz")]
-    elif isinstance(fmt, IntFormat):
-        candidates.append(f"{'' if fmt.signed else 'u'}int{fmt.bits}")
-    elif isinstance(fmt, FixedPoint):
-        candidates.append(f"{'' if fmt.signed else 'u'}fixed({fmt.int_bits},{fmt.frac_bits})")
-    for name in candidates:
-        try:
-            if lookup_format(name) == fmt:
-                return name
-        except AnynumError:
-            continue
-    raise AnynumError(
-        f"{fmt!r} has no name anynum.format() maps back to it, so a checkpoint cannot record it. "
-        "Expected a registered format or family name (an.list_formats()); fix: use one of those."
-    )
+__all__ = ["Packed", "pack", "storage_dtype", "unpack_values"]
 
 
 def storage_dtype(bits: int) -> torch.dtype:

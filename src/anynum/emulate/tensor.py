@@ -39,7 +39,7 @@ from anynum.emulate import rules as _rules  # noqa: F401  (registers the dot/red
 from anynum.emulate.engine import Emulator
 from anynum.emulate.grid import elementwise_format
 from anynum.emulate.optable import plan_for
-from anynum.emulate.packing import Packed, format_name, pack, storage_dtype, unpack_values
+from anynum.emulate.packing import Packed, pack, storage_dtype, unpack_values
 from anynum.errors import AnynumError, RepresentabilityError
 from anynum.formats.base import Format
 from anynum.formats.block import Block
@@ -337,8 +337,8 @@ def _config(
 ) -> Config:
     acc = accumulate
     if isinstance(acc, Format):
-        acc = format_name(acc)
-    cfg: Config = (format_name(fmt), parse_rounding(rounding).value, acc, order, bool(fma), seed)
+        acc = acc.canonical_name
+    cfg: Config = (fmt.canonical_name, parse_rounding(rounding).value, acc, order, bool(fma), seed)
     _emulator(cfg)  # validates accumulate/order/fma now, at the user's call
     return cfg
 

@@ -102,7 +102,7 @@ def digits32(limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torc
 
     >>> xtr, ytr, xte, yte = digits32(limit=10)
     >>> tuple(xtr.shape), tuple(xte.shape)
-    ((10, 1, 32, 32), (450, 1, 32, 32))
+    ((10, 1, 32, 32), (449, 1, 32, 32))
     """
     d = load_dataset("digits")
 
