@@ -21,8 +21,8 @@ Run: python benchmarks/bench_emulate.py [--reps N] [--warmup W] [--threads T] [-
 from __future__ import annotations
 
 import argparse
-import cProfile
 import contextlib
+import cProfile
 import pstats
 import statistics
 import time
@@ -116,7 +116,8 @@ def main() -> None:
     base, base_cpu = statistics.median(times["fp32"]), statistics.median(cpu["fp32"])
     print("\n| setting | wall time / fp32 (medians) | CPU time / fp32 (medians) |\n|---|---|---|")
     for s in settings:
-        print(f"| {s} | {statistics.median(times[s]) / base:.1f}x | {statistics.median(cpu[s]) / base_cpu:.1f}x |")
+        wall, work = statistics.median(times[s]) / base, statistics.median(cpu[s]) / base_cpu
+        print(f"| {s} | {wall:.1f}x | {work:.1f}x |")
     print("\n| parameters as_format | bytes held | vs float32 |\n|---|---|---|")
     for name, held, ratio in memory_table():
         print(f"| {name} | {held} | {ratio:.3f} |")

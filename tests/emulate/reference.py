@@ -54,7 +54,7 @@ def posit_value(code: int, n: int, es: int) -> Fraction:
     return -v if negative else v
 
 
-def _boundary(fmt: an.Format, lo: Fraction, hi: Fraction) -> Fraction:
+def boundary(fmt: an.Format, lo: Fraction, hi: Fraction) -> Fraction:
     if isinstance(fmt, an.Posit):
         _, codes = _grid(fmt)
         low_code = codes[lo]
@@ -90,7 +90,7 @@ def round_exact(x: Fraction, fmt: an.Format, mode: str = "nearest") -> Fraction:
         return lo
     if mode == "ro":
         return lo if codes[lo] % 2 else hi
-    b = _boundary(fmt, lo, hi)
+    b = boundary(fmt, lo, hi)
     if x != b:
         return lo if x < b else hi
     if mode == "rna":

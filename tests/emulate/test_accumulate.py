@@ -103,8 +103,10 @@ def test_none_is_float64_rounded_once():
 def test_accumulator_sum_mean_norm_cumsum_prod():
     out = Grid("posit(16,2)")
     acc = Accumulator(Accumulation.resolve("posit(8,0)"), out)
-    x = an.quantize(torch.tensor([[1.0, 0.015625, 0.015625, 3.0], [2.0, -2.0, 0.5, 0.25]], dtype=torch.float64),
-                    "posit(8,0)")
+    x = an.quantize(
+        torch.tensor([[1.0, 0.015625, 0.015625, 3.0], [2.0, -2.0, 0.5, 0.25]], dtype=torch.float64),
+        "posit(8,0)",
+    )
     p8 = an.format("posit(8,0)")
     p16 = an.format("posit(16,2)")
 
@@ -131,7 +133,10 @@ def test_accumulator_sum_mean_norm_cumsum_prod():
     for r, v in zip(rows, n2):
         ss = sum((Fraction(t) ** 2 for t in r), Fraction(0))
         # the exact square root is irrational in general: bracket it
-        lo, hi = Fraction(v) - Fraction(p16.eps) * 4 * abs(Fraction(v)), Fraction(v) + Fraction(p16.eps) * 4 * abs(Fraction(v))
+        lo, hi = (
+            Fraction(v) - Fraction(p16.eps) * 4 * abs(Fraction(v)),
+            Fraction(v) + Fraction(p16.eps) * 4 * abs(Fraction(v)),
+        )
         assert lo**2 <= ss <= hi**2
 
 
@@ -145,8 +150,10 @@ def test_native_kernel_matches_torch_loop():
         for mode in ("nearest", "rz", "ru", "ro"):
             for fma in (False, True):
                 g = Grid(fmt, mode)
-                a = g.round(torch.randn(2, 5, 30, generator=gen, dtype=torch.float64)
-                            * torch.logspace(-5, 5, 30, dtype=torch.float64))
+                a = g.round(
+                    torch.randn(2, 5, 30, generator=gen, dtype=torch.float64)
+                    * torch.logspace(-5, 5, 30, dtype=torch.float64)
+                )
                 b = g.round(torch.randn(30, 6, generator=gen, dtype=torch.float64))
                 acc = Accumulator(Accumulation.resolve(fmt, fma=fma), g)
                 saved = acc_mod.native_sequential[0]

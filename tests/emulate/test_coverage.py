@@ -32,7 +32,12 @@ class OnGrid(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func.is_view or func.overloadpacket.__name__ in ("empty", "empty_like", "empty_strided", "new_empty"):
+        if func.is_view or func.overloadpacket.__name__ in (
+            "empty",
+            "empty_like",
+            "empty_strided",
+            "new_empty",
+        ):
             return out  # views compute nothing; empty is uninitialised memory, written before it is read
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
@@ -68,8 +73,12 @@ def test_lenet5_forward_backward_adam():
     m = LeNet5()
     x, y = torch.randn(4, 1, 32, 32), torch.randint(0, 10, (4,))
     check = run(m, lambda: F.cross_entropy(m(x), y))
-    assert {"aten.convolution_backward.default", "aten.avg_pool2d_backward.default",
-            "aten.tanh_backward.default", "aten.addcdiv_.default"} <= check.ops
+    assert {
+        "aten.convolution_backward.default",
+        "aten.avg_pool2d_backward.default",
+        "aten.tanh_backward.default",
+        "aten.addcdiv_.default",
+    } <= check.ops
 
 
 @pytest.mark.parametrize("kw", [{"accumulate": "quire"}, {"accumulate": "posit(16,2)", "order": "pairwise"}])
@@ -96,8 +105,17 @@ def test_lstm():
 
 def test_batchnorm_layernorm_cnn():
     torch.manual_seed(4)
-    m = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                      nn.LayerNorm(36), nn.GELU(), nn.Dropout(0.2), nn.Linear(36, 3))
+    m = nn.Sequential(
+        nn.Conv2d(1, 4, 3),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.LayerNorm(36),
+        nn.GELU(),
+        nn.Dropout(0.2),
+        nn.Linear(36, 3),
+    )
     x, y = torch.randn(5, 1, 8, 8), torch.randint(0, 3, (5,))
     check = run(m, lambda: F.cross_entropy(m(x), y), fmt="e4m3fn")
     assert {"aten.native_batch_norm_backward.default", "aten.native_layer_norm_backward.default"} <= check.ops

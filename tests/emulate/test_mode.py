@@ -28,9 +28,17 @@ def raw(shape, seed=0, scale=1.0):
 
 
 UNARY = {
-    "tanh": torch.tanh, "exp": torch.exp, "sigmoid": torch.sigmoid, "sqrt": lambda t: torch.sqrt(t.abs()),
-    "log": lambda t: torch.log(t.abs() + 1), "neg": torch.neg, "relu": torch.relu, "sin": torch.sin,
-    "reciprocal": torch.reciprocal, "gelu": F.gelu, "square": torch.square,
+    "tanh": torch.tanh,
+    "exp": torch.exp,
+    "sigmoid": torch.sigmoid,
+    "sqrt": lambda t: torch.sqrt(t.abs()),
+    "log": lambda t: torch.log(t.abs() + 1),
+    "neg": torch.neg,
+    "relu": torch.relu,
+    "sin": torch.sin,
+    "reciprocal": torch.reciprocal,
+    "gelu": F.gelu,
+    "square": torch.square,
 }
 
 
@@ -48,8 +56,15 @@ def test_unary_ops(name):
     assert torch.equal(y, want), name
 
 
-BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "pow": torch.pow,
-          "maximum": torch.maximum, "atan2": torch.atan2}
+BINARY = {
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": torch.div,
+    "pow": torch.pow,
+    "maximum": torch.maximum,
+    "atan2": torch.atan2,
+}
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
@@ -154,7 +169,9 @@ def test_accumulate_applies_to_linear_and_conv_backward():
         y.backward(torch.ones_like(y))
     for i in range(2):
         for j in range(3):
-            want = ref_dot([Fraction(1)] * 6, [Fraction(float(v)) for v in x[:, j]], p8, "sequential", False, p8)
+            want = ref_dot(
+                [Fraction(1)] * 6, [Fraction(float(v)) for v in x[:, j]], p8, "sequential", False, p8
+            )
             assert Fraction(float(w.grad[i, j])) == want
 
 
@@ -260,8 +277,10 @@ def test_stochastic_emulation_is_reproducible_and_resumable():
     m.load_state_dict(state)
     assert torch.equal(run(m), first)
     g = torch.Generator().manual_seed(9)
-    assert torch.equal(run(an.emulate("bf16", "sr", generator=g)),
-                       run(an.emulate("bf16", "sr", generator=torch.Generator().manual_seed(9))))
+    assert torch.equal(
+        run(an.emulate("bf16", "sr", generator=g)),
+        run(an.emulate("bf16", "sr", generator=torch.Generator().manual_seed(9))),
+    )
 
 
 def test_block_format_quantizes_dot_operands_along_k():

@@ -31,21 +31,29 @@ def _probes(fmt: an.Format) -> tuple[torch.Tensor, torch.Tensor]:
     tiny = y.abs().clamp(min=1e-300) * 2.0**-60
     e = torch.cat([tiny[: 3 * len(pts)], -tiny[3 * len(pts) :]])
     g = torch.Generator().manual_seed(0)
-    r = torch.randn(4000, generator=g, dtype=torch.float64) * torch.exp2(torch.randint(-30, 30, (4000,), generator=g))
-    y = torch.cat([y, r, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e300, -1e-300])])
+    r = torch.randn(4000, generator=g, dtype=torch.float64) * torch.exp2(
+        torch.randint(-30, 30, (4000,), generator=g)
+    )
+    y = torch.cat(
+        [y, r, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e300, -1e-300])]
+    )
     e = torch.cat([e, r * 2.0**-70, torch.zeros(7, dtype=torch.float64)])
     return y, e
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("fmt", ["posit(8,0)", "posit(8,2)", "posit(16,1)", "bf16", "fp16", "e4m3fn", "e5m2", "e2m1"])
+@pytest.mark.parametrize(
+    "fmt", ["posit(8,0)", "posit(8,2)", "posit(16,1)", "bf16", "fp16", "e4m3fn", "e5m2", "e2m1"]
+)
 def test_c_rounding_equals_torch_on_every_code(fmt, mode):
     g = Grid(fmt, mode)
     y, e = _probes(g.fmt)
     want = g.round_pair(y, e, force=True)
     got = native.round_pairs(y, e, g)
     same = (want == got) | (torch.isnan(want) & torch.isnan(got))
-    assert bool(same.all()) and torch.equal(torch.signbit(want[~torch.isnan(want)]), torch.signbit(got[~torch.isnan(got)]))
+    assert bool(same.all()) and torch.equal(
+        torch.signbit(want[~torch.isnan(want)]), torch.signbit(got[~torch.isnan(got)])
+    )
 
 
 @pytest.mark.parametrize("mode", ["nearest", "rz", "ru", "ro"])

@@ -17,9 +17,17 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.mark.parametrize(
     ("fmt", "dtype", "per_element"),
-    [("posit(16,2)", torch.int16, 2.0), ("bf16", torch.int16, 2.0), ("e4m3fn", torch.uint8, 1.0),
-     ("posit(8,0)", torch.uint8, 1.0), ("e2m1", torch.uint8, 0.5), ("int4", torch.uint8, 0.5),
-     ("posit(32,2)", torch.int32, 4.0), ("fp32", torch.int32, 4.0), ("e3m2", torch.uint8, 1.0)],
+    [
+        ("posit(16,2)", torch.int16, 2.0),
+        ("bf16", torch.int16, 2.0),
+        ("e4m3fn", torch.uint8, 1.0),
+        ("posit(8,0)", torch.uint8, 1.0),
+        ("e2m1", torch.uint8, 0.5),
+        ("int4", torch.uint8, 0.5),
+        ("posit(32,2)", torch.int32, 4.0),
+        ("fp32", torch.int32, 4.0),
+        ("e3m2", torch.uint8, 1.0),
+    ],
 )
 def test_storage_dtypes_and_bytes(fmt, dtype, per_element):
     x = torch.randn(6, 10)
@@ -156,7 +164,9 @@ def test_buffers_convert_and_integers_stay():
     m = nn.BatchNorm1d(3)
     an.as_format(m, "bf16")
     assert isinstance(m.running_mean, an.EmulatedTensor)
-    assert m.num_batches_tracked.dtype == torch.int64 and not isinstance(m.num_batches_tracked, an.EmulatedTensor)
+    assert m.num_batches_tracked.dtype == torch.int64 and not isinstance(
+        m.num_batches_tracked, an.EmulatedTensor
+    )
 
 
 @pytest.mark.parametrize(

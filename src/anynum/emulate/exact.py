@@ -193,7 +193,9 @@ def _slices(x: torch.Tensor, dim: int, beta: int) -> list[tuple[torch.Tensor, to
     out = []
     r = x
     for s in range(n):
-        scale = torch.ldexp(torch.ones_like(top, dtype=torch.float64), (top - (s + 1) * beta).to(torch.float64))
+        scale = torch.ldexp(
+            torch.ones_like(top, dtype=torch.float64), (top - (s + 1) * beta).to(torch.float64)
+        )
         q = torch.trunc(r / scale)
         r = r - q * scale
         out.append((q, scale))

@@ -86,8 +86,8 @@ class EmulateMode(TorchDispatchMode):
     def __enter__(self) -> EmulateMode:
         # Fused oneDNN RNN kernels and the attention fast path compute many ops at once; off
         # inside the mode, so LSTMs and transformers run (and are rounded) op by op.
-        self._saved.append((torch.backends.mkldnn.enabled, torch.backends.mha.get_fastpath_enabled()))
-        torch.backends.mkldnn.enabled = False
+        self._saved.append((bool(torch.backends.mkldnn.enabled), torch.backends.mha.get_fastpath_enabled()))
+        torch.backends.mkldnn.enabled = False  # type: ignore[assignment]
         torch.backends.mha.set_fastpath_enabled(False)
         try:
             super().__enter__()
@@ -104,7 +104,7 @@ class EmulateMode(TorchDispatchMode):
 
     def _restore(self) -> None:
         mkldnn, fastpath = self._saved.pop()
-        torch.backends.mkldnn.enabled = mkldnn
+        torch.backends.mkldnn.enabled = mkldnn  # type: ignore[assignment]
         torch.backends.mha.set_fastpath_enabled(fastpath)
 
     def __call__(self, fn: F) -> F:

@@ -203,12 +203,15 @@ def round_pairs(y: torch.Tensor, e: torch.Tensor | None, grid: Any) -> torch.Ten
     y = y.detach().to(torch.float64).contiguous()
     e = None if e is None else e.detach().to(torch.float64).contiguous()
     out = torch.empty_like(y)
-    _library().anynum_emu_round(y.data_ptr(), None if e is None else e.data_ptr(), out.data_ptr(), y.numel(),
-                                ctypes.byref(c.params))
+    _library().anynum_emu_round(
+        y.data_ptr(), None if e is None else e.data_ptr(), out.data_ptr(), y.numel(), ctypes.byref(c.params)
+    )
     return out
 
 
-def sequential_dot(a: torch.Tensor, b: torch.Tensor, grid: Any, fma: bool, exact: bool) -> torch.Tensor | None:
+def sequential_dot(
+    a: torch.Tensor, b: torch.Tensor, grid: Any, fma: bool, exact: bool
+) -> torch.Tensor | None:
     """``a @ b`` ([..., M, K] x [..., K, N], float64, CPU) accumulated left to right onto `grid`, or None.
 
     Each product (unless `fma`) and each partial sum is rounded, exactly as the torch loop
@@ -236,7 +239,10 @@ def sequential_dot(a: torch.Tensor, b: torch.Tensor, grid: Any, fma: bool, exact
         for lo in range(0, n if by_cols else m, max(step, 1)):
             hi = min(n if by_cols else m, lo + step)
             r0, r1, c0, c1 = (0, m, lo, hi) if by_cols else (lo, hi, 0, n)
-            jobs.append(functools.partial(lib.anynum_seq_dot, pa, pb, pc, r0, r1, k, n, c0, c1, int(fma),
-                                          int(exact), params))
+            jobs.append(
+                functools.partial(
+                    lib.anynum_seq_dot, pa, pb, pc, r0, r1, k, n, c0, c1, int(fma), int(exact), params
+                )
+            )
     _parallel(jobs)
     return out.reshape(*batch, m, n)

@@ -97,14 +97,26 @@ class EmulatedTensor(torch.Tensor):
     codes: torch.Tensor
     scales: torch.Tensor | None
     tensor_scale: torch.Tensor | None
+    _config: Config
+    _fmt: Format
+    _direct: bool
 
     @staticmethod
     def __new__(
-        cls, packed: Packed, config: Config, shape: torch.Size, dtype: torch.dtype, requires_grad: bool = False
+        cls,
+        packed: Packed,
+        config: Config,
+        shape: torch.Size,
+        dtype: torch.dtype,
+        requires_grad: bool = False,
     ) -> EmulatedTensor:
         fmt = lookup_format(config[0])
         direct = not isinstance(fmt, Block) and fmt.bits > 4
-        kwargs: dict[str, Any] = {"dtype": dtype, "device": packed.codes.device, "requires_grad": requires_grad}
+        kwargs: dict[str, Any] = {
+            "dtype": dtype,
+            "device": packed.codes.device,
+            "requires_grad": requires_grad,
+        }
         if direct:
             kwargs["strides"] = packed.codes.stride()
             kwargs["storage_offset"] = packed.codes.storage_offset()
@@ -181,7 +193,9 @@ class EmulatedTensor(torch.Tensor):
         return names, (self._config, self.dtype)
 
     @staticmethod
-    def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: Any, outer_size: Any, outer_stride: Any) -> EmulatedTensor:
+    def __tensor_unflatten__(
+        inner: dict[str, torch.Tensor], ctx: Any, outer_size: Any, outer_stride: Any
+    ) -> EmulatedTensor:
         config, dtype = ctx
         packed = Packed(inner["codes"], inner.get("scales"), inner.get("tensor_scale"))
         return EmulatedTensor(packed, config, torch.Size(outer_size), dtype)
@@ -189,13 +203,22 @@ class EmulatedTensor(torch.Tensor):
     def __reduce_ex__(self, protocol: Any) -> Any:
         return (
             _rebuild_emulated,
-            (self.codes, self.scales, self.tensor_scale, self._config, tuple(self.shape), self.dtype,
-             self.requires_grad),
+            (
+                self.codes,
+                self.scales,
+                self.tensor_scale,
+                self._config,
+                tuple(self.shape),
+                self.dtype,
+                self.requires_grad,
+            ),
         )
 
     # --- dispatch -----------------------------------------------------------------------------
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         if torch._C._len_torch_dispatch_stack() > 0:
             with _disable_current_modes():  # an EmulatedTensor computes in its own format
@@ -227,10 +250,14 @@ class EmulatedTensor(torch.Tensor):
             return type(args[0]) is type(args[1])
         plan = plan_for(func)
         if plan.kind == "view" and all(e._direct for e in ets):
-            out = func(*pytree.tree_map_only(EmulatedTensor, lambda t: t.codes, args),
-                       **pytree.tree_map_only(EmulatedTensor, lambda t: t.codes, kwargs))
+            out = func(
+                *pytree.tree_map_only(EmulatedTensor, lambda t: t.codes, args),
+                **pytree.tree_map_only(EmulatedTensor, lambda t: t.codes, kwargs),
+            )
             return pytree.tree_map_only(
-                torch.Tensor, lambda c: EmulatedTensor(Packed(c, None, None), config, c.shape, first.dtype), out
+                torch.Tensor,
+                lambda c: EmulatedTensor(Packed(c, None, None), config, c.shape, first.dtype),
+                out,
             )
         em = _emulator(config)
         stand_in: dict[int, EmulatedTensor] = {}
@@ -251,8 +278,11 @@ class EmulatedTensor(torch.Tensor):
         for info in plan.args:  # written EmulatedTensors take their new values
             if not info.write:
                 continue
-            value = uargs[info.position] if info.position is not None and info.position < len(uargs) \
+            value = (
+                uargs[info.position]
+                if info.position is not None and info.position < len(uargs)
                 else ukwargs.get(info.name)
+            )
             for v in value if isinstance(value, (list, tuple)) else [value]:
                 target = stand_in.get(id(v)) if isinstance(v, torch.Tensor) else None
                 if target is not None:
@@ -299,7 +329,11 @@ def _to_copy(t: EmulatedTensor, config: Config, kwargs: dict) -> Any:
     if device is None:
         moved = Packed(p.codes.clone(), _clone(p.scales), _clone(p.tensor_scale))
     else:
-        moved = Packed(*(None if x is None else x.to(device) for x in (p.codes, p.scales, p.tensor_scale)))
+        moved = Packed(
+            p.codes.to(device),
+            None if p.scales is None else p.scales.to(device),
+            None if p.tensor_scale is None else p.tensor_scale.to(device),
+        )
         if moved.codes is p.codes:
             moved = Packed(p.codes.clone(), _clone(p.scales), _clone(p.tensor_scale))
     return EmulatedTensor(moved, config, t.shape, t.dtype)
@@ -320,19 +354,33 @@ def _no_modes() -> Any:
 
 
 def _rebuild_emulated(
-    codes: torch.Tensor, scales: torch.Tensor | None, tensor_scale: torch.Tensor | None, config: Config,
-    shape: tuple[int, ...], dtype: torch.dtype, requires_grad: bool,
+    codes: torch.Tensor,
+    scales: torch.Tensor | None,
+    tensor_scale: torch.Tensor | None,
+    config: Config,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    requires_grad: bool,
 ) -> EmulatedTensor:
-    """Unpickle an EmulatedTensor (allowed by ``torch.load(weights_only=True)`` once anynum.emulate is imported)."""
-    return EmulatedTensor(Packed(codes, scales, tensor_scale), tuple(config), torch.Size(shape), dtype,  # type: ignore[arg-type]
-                          requires_grad)
+    """Unpickle an EmulatedTensor (torch.load(weights_only=True) allows it once anynum.emulate is loaded)."""
+    return EmulatedTensor(
+        Packed(codes, scales, tensor_scale),
+        tuple(config),
+        torch.Size(shape),
+        dtype,  # type: ignore[arg-type]
+        requires_grad,
+    )
 
 
 torch.serialization.add_safe_globals([_rebuild_emulated])
 
 
 def _config(
-    fmt: Format, rounding: RoundingLike, accumulate: Format | str | None, order: str | int, fma: bool,
+    fmt: Format,
+    rounding: RoundingLike,
+    accumulate: Format | str | None,
+    order: str | int,
+    fma: bool,
     seed: int | None,
 ) -> Config:
     acc = accumulate

@@ -72,16 +72,20 @@ class EmulationConfig:
     loss_scale: bool = False
 
     def row_id(self, epochs: int, batch: int, seed: int, lr: float, limit: int | None) -> str:
-        blob = json.dumps([asdict(self), epochs, batch, seed, lr, limit, STUDY_VERSION, DATASET_VERSION],
-                          sort_keys=True, default=str)
+        blob = json.dumps(
+            [asdict(self), epochs, batch, seed, lr, limit, STUDY_VERSION, DATASET_VERSION],
+            sort_keys=True,
+            default=str,
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def mode(self) -> Any:
         """The `an.emulate` context of this row (a null context for plain float32)."""
         if self.fmt is None:
             return contextlib.nullcontext()
-        return an.emulate(self.fmt, self.rounding, accumulate=self.accumulate, order=self.order, fma=self.fma,
-                          seed=0)
+        return an.emulate(
+            self.fmt, self.rounding, accumulate=self.accumulate, order=self.order, fma=self.fma, seed=0
+        )
 
 
 DEFAULT_CONFIGS: tuple[EmulationConfig, ...] = (
@@ -161,7 +165,9 @@ def train_setting(
                 opt.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
                 (loss * scale if cfg.loss_scale else loss).backward()
-                finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+                finite = all(
+                    bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None
+                )
                 if finite:
                     opt.step()
             lv = float(loss.detach())
@@ -274,10 +280,14 @@ def run_emulation_study(
                 continue
 
             def on_epoch(e: int, acc: float, loss: float, cfg: EmulationConfig = cfg, k: int = k) -> None:
-                say(f"[{k + 1}/{len(configs)}] {cfg.label}: epoch {e + 1}/{epochs} accuracy {acc:.2f}% "
-                    f"loss {loss:.4f}")
+                say(
+                    f"[{k + 1}/{len(configs)}] {cfg.label}: epoch {e + 1}/{epochs} accuracy {acc:.2f}% "
+                    f"loss {loss:.4f}"
+                )
 
-            row = train_setting(cfg, epochs=epochs, batch=batch, seed=seed, lr=lr, limit=limit, on_epoch=on_epoch)
+            row = train_setting(
+                cfg, epochs=epochs, batch=batch, seed=seed, lr=lr, limit=limit, on_epoch=on_epoch
+            )
             row["trial_id"] = rid
             fh.write(json.dumps(row, sort_keys=True) + "\n")
             fh.flush()
