@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from reference import ref_dot, round_exact
+from emulate_reference import ref_dot, round_exact
 
 import anynum as an
 from anynum.emulate import accumulate as acc_mod

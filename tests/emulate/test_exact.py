@@ -8,9 +8,9 @@ from fractions import Fraction
 
 import pytest
 import torch
+from emulate_reference import round_exact
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import round_exact
 
 import anynum as an
 from anynum.emulate.exact import exact_dot, exact_sum
@@ -95,7 +95,7 @@ def test_round_pair_at_every_boundary(mode, fmt):
     vals = vals[(vals.abs() < f.max / 2) & (vals.abs() > f.smallest_normal * 2)]
     mids = (vals[1:] + vals[:-1]) / 2
     if isinstance(f, an.Posit):  # the bit-pattern boundaries
-        from reference import boundary
+        from emulate_reference import boundary
 
         mids = torch.tensor(
             [

@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 import torch
 import torch.nn.functional as F
-from reference import round_exact
+from emulate_reference import round_exact
 
 import anynum as an
 
@@ -159,7 +159,7 @@ def test_gradients_equal_a_hand_rounded_backward():
 
 def test_accumulate_applies_to_linear_and_conv_backward():
     """Under accumulate=fmt2 the weight gradient of a linear layer is the sequential sum."""
-    from reference import ref_dot
+    from emulate_reference import ref_dot
 
     p8 = an.format("posit(8,0)")
     x = an.quantize(raw((6, 3), 12), p8)

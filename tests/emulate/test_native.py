@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from reference import round_exact
+from emulate_reference import round_exact
 
 import anynum as an
 from anynum.emulate import native

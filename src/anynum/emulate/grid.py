@@ -31,7 +31,7 @@ from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.floating import FP32
 from anynum.formats.registry import format as lookup_format
-from anynum.ops.core import Settings, round_exact
+from anynum.ops.core import Settings, float32_carries, round_exact
 from anynum.quantize import quantize
 from anynum.quantize.rounder import Rounder
 from anynum.rounding import CounterRandom, Rounding, RoundingLike, parse_rounding
@@ -131,6 +131,11 @@ class Grid:
         self.needs_pair = is_exact_pair_mode(self.mode, self.precision)
         self._nearest = _rounder(self.fmt, Rounding.NEAREST_EVEN, self.overflow)
         self._det = None if self.stochastic else _rounder(self.fmt, self.mode, self.overflow)
+        # float64 values of a format float32 carries round through their float32 round-to-odd
+        # (ops' rule, `Settings.quantize`): the same results, on the fast float32 kernels
+        self._via32 = None
+        if self._det is not None and float32_carries(self.fmt):
+            self._via32 = Settings("emulate", self.fmt, self.mode, self.overflow, None, None, "ignore")
         self._scalars: dict[float, float] = {}
 
     def __repr__(self) -> str:
@@ -160,6 +165,8 @@ class Grid:
         """Every element of float tensor `x` rounded once onto the grid (a new tensor, x's dtype)."""
         if x.numel() == 0:
             return x.detach().clone()
+        if self._via32 is not None and x.dtype == torch.float64:
+            return self._via32.quantize(x.detach(), 0)
         if self._det is not None:
             return self._det(x)
         return quantize(x.detach(), self.fmt, self.mode, overflow=self.overflow, seed=self.next_seed())

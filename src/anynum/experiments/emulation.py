@@ -13,6 +13,10 @@ object: the setting, accuracy and loss per epoch, seconds); a rerun skips the
 settings already there, so an interrupted study resumes. Everything is seeded:
 the same initial weights and batch order for every row.
 
+A row with ``optimizer_in_format=False`` runs the optimizer step outside the mode, on
+float32 master weights (the usual FP8 recipe: with every op of Adam in e4m3, the squared
+gradients and eps underflow to zero and the update divides by zero).
+
 Loss scaling (``loss_scale=True``) multiplies the loss by a dynamic power of two
 S before backward and skips the step when a gradient is not finite (halving S);
 the scaled gradients go to Adam as they are, with eps scaled by S too: Adam's
@@ -70,10 +74,16 @@ class EmulationConfig:
     order: str | int = "sequential"
     fma: bool = False
     loss_scale: bool = False
+    #: False: the optimizer step runs outside the mode, on float32 master weights (the usual FP8
+    #: recipe); the forward and backward passes still round every op, parameters included.
+    optimizer_in_format: bool = True
 
     def row_id(self, epochs: int, batch: int, seed: int, lr: float, limit: int | None) -> str:
+        fields = asdict(self)
+        if self.optimizer_in_format:  # the field's default: rows recorded before it keep their ids
+            del fields["optimizer_in_format"]
         blob = json.dumps(
-            [asdict(self), epochs, batch, seed, lr, limit, STUDY_VERSION, DATASET_VERSION],
+            [fields, epochs, batch, seed, lr, limit, STUDY_VERSION, DATASET_VERSION],
             sort_keys=True,
             default=str,
         )
@@ -95,6 +105,8 @@ DEFAULT_CONFIGS: tuple[EmulationConfig, ...] = (
     EmulationConfig("bf16", "bf16"),
     EmulationConfig("fp16, loss scaled", "fp16", loss_scale=True),
     EmulationConfig("e4m3fn, fp32 accumulation", "e4m3fn", accumulate="fp32", loss_scale=True),
+    EmulationConfig("e4m3fn, fp32 accumulation and optimizer", "e4m3fn", accumulate="fp32", loss_scale=True,
+                    optimizer_in_format=False),
     EmulationConfig("mxfp8_e4m3 operands", "mxfp8_e4m3"),
     EmulationConfig("posit8es0 + quire", "posit(8,0)", accumulate="quire"),
     EmulationConfig("posit8es0, no quire", "posit(8,0)", accumulate="posit(8,0)"),
@@ -168,8 +180,10 @@ def train_setting(
                 finite = all(
                     bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None
                 )
-                if finite:
+                if finite and cfg.optimizer_in_format:
                     opt.step()
+            if finite and not cfg.optimizer_in_format:
+                opt.step()  # float32 master weights; every op that reads them rounds them first
             lv = float(loss.detach())
             if cfg.loss_scale:
                 if not finite:
