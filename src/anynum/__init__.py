@@ -58,7 +58,16 @@ from anynum.rounding import Rounding
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = ("mc", "nn", "ops", "optim", "experiments", "compat", "kernels", "formats")
+#: ``an.emulate`` is the package anynum.emulate itself, made callable (`anynum.emulate.mode.emulate`).
+_LAZY_SUBMODULES = ("mc", "nn", "ops", "optim", "experiments", "compat", "kernels", "formats", "emulate")
+#: Public names that live above the face, with their modules (loaded on first use).
+_LAZY_NAMES = {
+    "Quantizer": "anynum.nn.quantizer",
+    "flip_bits": "anynum.faults",
+    "EmulatedTensor": "anynum.emulate",
+    "as_format": "anynum.emulate",
+    "matmul": "anynum.emulate",
+}
 
 __all__ = [
     "BF16",
@@ -114,32 +123,17 @@ __all__ = [
 ]
 
 
-#: Names of the emulation room (anynum.emulate), loaded on first use. ``an.emulate`` is the
-#: package itself, made callable: ``an.emulate(fmt, ...)`` is `anynum.emulate.mode.emulate`.
-_EMULATE_NAMES = ("EmulatedTensor", "as_format", "matmul")
-
-
 def __getattr__(name: str) -> Any:
-    if name == "emulate" or name in _EMULATE_NAMES:
-        module = importlib.import_module("anynum.emulate")
-        value = module if name == "emulate" else getattr(module, name)
-        globals()[name] = value
-        return value
-    if name == "flip_bits":  # lives in anynum.faults, loaded on first use
-        from anynum.faults import flip_bits
-
-        globals()[name] = flip_bits
-        return flip_bits
-    if name == "Quantizer":  # lives in anynum.nn, loaded on first use
-        from anynum.nn.quantizer import Quantizer
-
-        globals()[name] = Quantizer
-        return Quantizer
-    if name in _LAZY_SUBMODULES:
-        module = importlib.import_module(f"anynum.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'anynum' has no attribute {name!r}")
+    # The face names a few things of the upper layers; they load on first use, so that
+    # `import anynum` stays light and no lower module is tied to them.
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+    elif name in _LAZY_SUBMODULES:
+        value = importlib.import_module(f"anynum.{name}")
+    else:
+        raise AttributeError(f"module 'anynum' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

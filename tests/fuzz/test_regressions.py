@@ -1,10 +1,7 @@
 """What the differential fuzzer found, kept as regression examples.
 
-K1-K6 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
-tests. A finding whose fix belongs to code another engineer owns is ``xfail(strict=True)`` with
-the reason: it starts passing, and then fails loudly, the day the fix lands, so the marker gets
-removed. `fuzzlib.known_k7` lets the fuzzer step over exactly that case meanwhile, so that it
-keeps looking for new ones.
+K1-K7 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
+tests, each with the finding's description.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import pytest
 import torch
 
 import anynum as an
-from anynum.errors import AnynumError, FormatError, RepresentabilityError
+from anynum.errors import FormatError, RepresentabilityError
 
 
 @pytest.mark.parametrize(
@@ -112,14 +109,6 @@ def test_table_rz_across_a_gap_that_straddles_zero_is_monotone():
     assert torch.equal(an.quantize(x, an.Table(zeroless.values()), "rz"), an.quantize(x, zeroless, "rz"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="K7: overflow='wrap' of fixed point and integers is wrong for large inputs: IntFormat(8) "
-    "wraps 2**60, 2**100 and 1e300 (float64) to -128 instead of 0, and FixedPoint/IntFormat inputs "
-    "whose x / step overflows the float32 working dtype (3e38) give NaN; the exact wrap is "
-    "(round(x / step) mod 2**bits) in two's complement; on float32 inputs already from |x| / step "
-    ">= 2**24 (IntFormat(2) wraps 16777215 to -2, not -1) (src/anynum/kernels/eager.py, uniform rounding)",
-)
 @pytest.mark.parametrize(
     "fmt,x,dtype",
     [
@@ -131,8 +120,29 @@ def test_table_rz_across_a_gap_that_straddles_zero_is_monotone():
     ],
 )
 def test_k7_wrap_of_large_values(fmt, x, dtype):
-    try:
-        y = an.quantize(torch.tensor([x], dtype=dtype), fmt, overflow="wrap")
-    except AnynumError:
-        return  # refusing inputs beyond the exact range is a fix too
+    """K7: overflow='wrap' of fixed point and integers was wrong for large inputs: IntFormat(8)
+    wrapped 2**60 and 1e300 (float64) to -128 instead of 0 (`r - code_min` lost the low digits),
+    inputs whose x / step overflowed the float32 working dtype gave NaN, and on float32 inputs
+    from |x| / step >= 2**24 (IntFormat(2) wrapped 16777215 to -2, not -1). The exact wrap is
+    round(x / step) mod 2**bits in two's complement."""
+    y = an.quantize(torch.tensor([x], dtype=dtype), fmt, overflow="wrap")
     assert y.item() == (-1.0 if x == 16777215.0 else 0.0)  # the others are multiples of 2**bits * step
+
+
+@pytest.mark.parametrize("mode", ["nearest", "rna", "rnz", "rz", "ru", "rd", "ro"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_k7_wrap_equals_exact_modular_arithmetic(mode, dtype):
+    """Huge, tiny and tie inputs of every binade, against round(x / step) mod 2**bits in fractions."""
+    from fuzzlib import exact_wrap
+
+    from anynum.rounding import parse_rounding
+
+    g = torch.Generator().manual_seed(7)
+    mant = torch.rand(4000, generator=g, dtype=torch.float64) * 2 - 1
+    top = 127 if dtype == torch.float32 else 1000
+    x = (mant * torch.exp2(torch.randint(-8, top, (4000,), generator=g).double())).to(dtype)
+    x = torch.cat([x, torch.tensor([2.5, -2.5, 3.5, 127.5, -128.5, 255.5], dtype=dtype)])
+    for fmt in (an.IntFormat(8), an.IntFormat(2), an.FixedPoint(8, 4), an.FixedPoint(3, 5, signed=False)):
+        y = an.quantize(x, fmt, mode, overflow="wrap")
+        want = [exact_wrap(fmt, parse_rounding(mode), v) for v in x.tolist()]
+        assert y.tolist() == want, fmt
