@@ -110,6 +110,8 @@ DEFAULT_CONFIGS: tuple[EmulationConfig, ...] = (
     EmulationConfig("mxfp8_e4m3 operands", "mxfp8_e4m3"),
     EmulationConfig("posit8es0 + quire", "posit(8,0)", accumulate="quire"),
     EmulationConfig("posit8es0, no quire", "posit(8,0)", accumulate="posit(8,0)"),
+    EmulationConfig("posit8es0 + quire, fp32 optimizer", "posit(8,0)", accumulate="quire",
+                    optimizer_in_format=False),
 )
 
 
