@@ -31,6 +31,7 @@ from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.floating import FP32
 from anynum.formats.registry import format as lookup_format
+from anynum.kernels.route import plan_for
 from anynum.ops.core import Settings, float32_carries, round_exact
 from anynum.quantize import quantize
 from anynum.quantize.rounder import Rounder
@@ -131,8 +132,9 @@ class Grid:
         self.needs_pair = is_exact_pair_mode(self.mode, self.precision)
         self._nearest = _rounder(self.fmt, Rounding.NEAREST_EVEN, self.overflow)
         self._det = None if self.stochastic else _rounder(self.fmt, self.mode, self.overflow)
-        # float64 values of a format float32 carries round through their float32 round-to-odd
-        # (ops' rule, `Settings.quantize`): the same results, on the fast float32 kernels
+        # float64 values of a format float32 carries may round through their float32 round-to-odd
+        # (ops' rule, `Settings.quantize`): the same results, worth it where the kernel router
+        # has a faster float32 kernel for the size than the float64 one (`_detour_pays`)
         self._via32 = None
         if self._det is not None and float32_carries(self.fmt):
             self._via32 = Settings("emulate", self.fmt, self.mode, self.overflow, None, None, "ignore")
@@ -165,11 +167,20 @@ class Grid:
         """Every element of float tensor `x` rounded once onto the grid (a new tensor, x's dtype)."""
         if x.numel() == 0:
             return x.detach().clone()
-        if self._via32 is not None and x.dtype == torch.float64:
+        if self._via32 is not None and x.dtype == torch.float64 and self._detour_pays(x):
             return self._via32.quantize(x.detach(), 0)
         if self._det is not None:
             return self._det(x)
         return quantize(x.detach(), self.fmt, self.mode, overflow=self.overflow, seed=self.next_seed())
+
+    def _detour_pays(self, x: torch.Tensor) -> bool:
+        """Whether the router rounds float64 `x` with its eager kernel but float32 with a faster one."""
+        n, dev = x.numel(), x.device.type
+        k64 = plan_for(self.fmt, self.mode, self.overflow, None, torch.float64, dev, None).choose(n)
+        if k64.name != "eager":
+            return False
+        k32 = plan_for(self.fmt, self.mode, self.overflow, None, torch.float32, dev, None).choose(n)
+        return k32.name != "eager"
 
     def round_blocks(self, x: torch.Tensor, block: Block, axis: int) -> torch.Tensor:
         """`x` quantized onto Block format `block` with its blocks along `axis` (this grid's mode).
