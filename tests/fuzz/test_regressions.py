@@ -1,6 +1,6 @@
 """What the differential fuzzer found, kept as regression examples.
 
-K1-K7 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
+K1-K8 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
 tests, each with the finding's description.
 """
 
@@ -80,11 +80,21 @@ def test_k3_fp64_codes_round_trip():
             "zero": False,
         },  # K6
         {"exp_bits": 2, "man_bits": 1, "subnormals": False, "specials": "fnuz", "zero": False},  # K6
+        {
+            "exp_bits": 1,
+            "man_bits": 1,
+            "bias": 1,
+            "subnormals": False,
+            "specials": "p3109",
+            "signed": False,
+        },  # K8: finite codes 0 and 1 only, both in exponent field 0 (zero without subnormals)
     ],
 )
 def test_k4_k6_formats_that_lose_values_are_refused(params):
     """K4: a format without finite values was accepted (max 0.5, results off its empty grid).
-    K6: fnuz without zero put NaN on -smallest's code, yet quantize returned -smallest."""
+    K6: fnuz without zero put NaN on -smallest's code, yet quantize returned -smallest.
+    K8: a format whose finite codes all lie in exponent field 0 without subnormals (so all are
+    zero) reported max 0.5 and rounded every input to 0.5, off its grid {0}."""
     with pytest.raises(FormatError):
         an.FloatFormat(**params)
 
