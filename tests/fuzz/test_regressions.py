@@ -1,6 +1,6 @@
 """What the differential fuzzer found, kept as regression examples.
 
-K1-K8 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
+K1-K9 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
 tests, each with the finding's description.
 """
 
@@ -156,3 +156,23 @@ def test_k7_wrap_equals_exact_modular_arithmetic(mode, dtype):
         y = an.quantize(x, fmt, mode, overflow="wrap")
         want = [exact_wrap(fmt, parse_rounding(mode), v) for v in x.tolist()]
         assert y.tolist() == want, fmt
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # float16 cannot hold its scales: refused
+def test_k9_block_saturation_stays_within_the_dtype(dtype):
+    """K9: Block(E2M1, scale_rule='ceil') rounded float32's largest value to inf under
+    overflow='saturate': the scale 2**126 (amax / 6 rounded up) times the nearest element, 4,
+    is 2**128, beyond float32. Saturation now keeps the largest block value the dtype holds
+    below x (the element rounded toward zero), which is on the block's grid."""
+    fmt = an.Block(an.E2M1, block_size=None, scale_rule="ceil")
+    big = torch.finfo(dtype).max
+    x = torch.tensor([big, 1.0, -big], dtype=dtype)
+    y = an.quantize(x, fmt)
+    assert bool(torch.isfinite(y).all()), y.tolist()
+    codes = an.encode(x, fmt)
+    assert torch.equal(an.decode(codes, fmt).to(dtype), y)  # on the grid: a code decodes to it
+    # the largest grid value of that block below |x|: element 3 (toward zero from 3.99..)
+    scale = float(an.decode(codes, fmt)[0]) / 3.0
+    assert y[0].item() == 3.0 * scale <= big and y[2].item() == -y[0].item()
+    # float64 holds 4 * 2**126 (float32's max rounds up to it): nearest, as before
+    assert an.quantize(x.double(), fmt)[0].item() == 4.0 * scale
