@@ -1,6 +1,6 @@
 """What the differential fuzzer found, kept as regression examples.
 
-K1-K7 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
+K1-K9 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
 tests, each with the finding's description.
 """
 
@@ -80,11 +80,21 @@ def test_k3_fp64_codes_round_trip():
             "zero": False,
         },  # K6
         {"exp_bits": 2, "man_bits": 1, "subnormals": False, "specials": "fnuz", "zero": False},  # K6
+        {
+            "exp_bits": 1,
+            "man_bits": 1,
+            "bias": 1,
+            "subnormals": False,
+            "specials": "p3109",
+            "signed": False,
+        },  # K8: finite codes 0 and 1 only, both in exponent field 0 (zero without subnormals)
     ],
 )
 def test_k4_k6_formats_that_lose_values_are_refused(params):
     """K4: a format without finite values was accepted (max 0.5, results off its empty grid).
-    K6: fnuz without zero put NaN on -smallest's code, yet quantize returned -smallest."""
+    K6: fnuz without zero put NaN on -smallest's code, yet quantize returned -smallest.
+    K8: a format whose finite codes all lie in exponent field 0 without subnormals (so all are
+    zero) reported max 0.5 and rounded every input to 0.5, off its grid {0}."""
     with pytest.raises(FormatError):
         an.FloatFormat(**params)
 
@@ -146,3 +156,23 @@ def test_k7_wrap_equals_exact_modular_arithmetic(mode, dtype):
         y = an.quantize(x, fmt, mode, overflow="wrap")
         want = [exact_wrap(fmt, parse_rounding(mode), v) for v in x.tolist()]
         assert y.tolist() == want, fmt
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # float16 cannot hold its scales: refused
+def test_k9_block_saturation_stays_within_the_dtype(dtype):
+    """K9: Block(E2M1, scale_rule='ceil') rounded float32's largest value to inf under
+    overflow='saturate': the scale 2**126 (amax / 6 rounded up) times the nearest element, 4,
+    is 2**128, beyond float32. Saturation now keeps the largest block value the dtype holds
+    below x (the element rounded toward zero), which is on the block's grid."""
+    fmt = an.Block(an.E2M1, block_size=None, scale_rule="ceil")
+    big = torch.finfo(dtype).max
+    x = torch.tensor([big, 1.0, -big], dtype=dtype)
+    y = an.quantize(x, fmt)
+    assert bool(torch.isfinite(y).all()), y.tolist()
+    codes = an.encode(x, fmt)
+    assert torch.equal(an.decode(codes, fmt).to(dtype), y)  # on the grid: a code decodes to it
+    # the largest grid value of that block below |x|: element 3 (toward zero from 3.99..)
+    scale = float(an.decode(codes, fmt)[0]) / 3.0
+    assert y[0].item() == 3.0 * scale <= big and y[2].item() == -y[0].item()
+    # float64 holds 4 * 2**126 (float32's max rounds up to it): nearest, as before
+    assert an.quantize(x.double(), fmt)[0].item() == 4.0 * scale
