@@ -58,9 +58,16 @@ from anynum.rounding import Rounding
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = ("mc", "nn", "ops", "optim", "experiments", "compat", "kernels", "formats")
+#: ``an.emulate`` is the package anynum.emulate itself, made callable (`anynum.emulate.mode.emulate`).
+_LAZY_SUBMODULES = ("mc", "nn", "ops", "optim", "experiments", "compat", "kernels", "formats", "emulate")
 #: Public names that live above the face, with their modules (loaded on first use).
-_LAZY_NAMES = {"Quantizer": "anynum.nn.quantizer", "flip_bits": "anynum.faults"}
+_LAZY_NAMES = {
+    "Quantizer": "anynum.nn.quantizer",
+    "flip_bits": "anynum.faults",
+    "EmulatedTensor": "anynum.emulate",
+    "as_format": "anynum.emulate",
+    "matmul": "anynum.emulate",
+}
 
 __all__ = [
     "BF16",
@@ -90,6 +97,7 @@ __all__ = [
     "TF32",
     "AnynumError",
     "Block",
+    "EmulatedTensor",
     "FixedPoint",
     "FloatFormat",
     "Format",
@@ -100,12 +108,15 @@ __all__ = [
     "Rounding",
     "Table",
     "__version__",
+    "as_format",
     "decode",
     "dequantize_int",
+    "emulate",
     "encode",
     "flip_bits",
     "format",
     "list_formats",
+    "matmul",
     "quantize",
     "quantize_block",
     "quantize_int",

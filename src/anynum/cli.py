@@ -8,6 +8,7 @@
     anynum bench                quantization speed against native casts and peers
     anynum diagnose [model/data] [numbers] [--candidates ...] [--out DIR]   why a format fails, per layer
     anynum search [model/data] --formats F ... [--tolerance P] [--budget N]  a format per layer
+    anynum emulate [--settings LABEL ...] [--epochs N] [--out DIR]   LeNet-5 trained with every op in a format
 
 Errors are one line on stderr with exit code 2, never a traceback. See docs/cli.md.
 """
@@ -190,6 +191,44 @@ def _cmd_faults(args: argparse.Namespace) -> int:
     return _wrote(written, result.failures)
 
 
+def _cmd_emulate(args: argparse.Namespace) -> int:
+    from anynum.experiments.emulation import (
+        DEFAULT_CONFIGS,
+        plot_accuracy,
+        run_emulation_study,
+        table_markdown,
+    )
+
+    labels = {c.label: c for c in DEFAULT_CONFIGS}
+    if args.list:
+        print("\n".join(labels))
+        return 0
+    chosen = [c for c in DEFAULT_CONFIGS if not args.settings or c.label in args.settings]
+    unknown = sorted(set(args.settings or ()) - set(labels))
+    if unknown:
+        raise AnynumError(f"unknown --settings {unknown}; expected labels from `anynum emulate --list`: "
+                          f"{sorted(labels)}.")
+    study = run_emulation_study(args.out, chosen, epochs=args.epochs, batch=args.batch, seed=args.seed,
+                                lr=args.lr, limit=args.limit, threads=args.threads, progress=not args.quiet)
+    text = table_markdown(study.rows)
+    print(text)
+    out = Path(args.out)
+    written: list[Any] = [out / "results.jsonl"]
+    try:
+        (out / "table.md").write_text(text + "\n", encoding="utf-8")
+        written.append(out / "table.md")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("matplotlib is not installed: no plot (pip install 'anynum[cli]')", file=sys.stderr)
+        else:
+            plot_accuracy(study.rows, out / "accuracy.png")
+            written.append(out / "accuracy.png")
+    except OSError as exc:
+        raise AnynumError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from None
+    return _wrote(written, [])
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     import os
 
@@ -361,6 +400,18 @@ def _parser() -> argparse.ArgumentParser:
     pq.add_argument("--steps", type=int, default=10, help="training batches for the SQNR sensitivity")
     _model_arguments(pq, "anynum-search")
     pq.set_defaults(func=_cmd_search)
+    pe = sub.add_parser("emulate", help="LeNet-5 trained with every op in a format (an.emulate)")
+    pe.add_argument("--settings", nargs="+", metavar="LABEL", help="rows to run (default: all; see --list)")
+    pe.add_argument("--list", action="store_true", help="print the setting labels and exit")
+    pe.add_argument("--epochs", type=int, default=10)
+    pe.add_argument("--batch", type=int, default=32)
+    pe.add_argument("--lr", type=float, default=1e-3)
+    pe.add_argument("--seed", type=int, default=0)
+    pe.add_argument("--limit", type=int, help="use only the first N training images")
+    pe.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    pe.add_argument("--out", default="anynum-emulate", metavar="DIR", help="results directory (resumable)")
+    pe.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    pe.set_defaults(func=_cmd_emulate)
     return p
 
 

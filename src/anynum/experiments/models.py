@@ -12,7 +12,7 @@ from torch import nn
 from anynum.errors import InputError
 from anynum.experiments.datasets import Dataset
 
-__all__ = ["CNN", "LSTM", "MLP", "MODELS", "build_model", "compatible"]
+__all__ = ["CNN", "LSTM", "MLP", "MODELS", "LeNet5", "build_model", "compatible"]
 
 #: Names accepted by `build_model`.
 MODELS = ("mlp", "cnn", "lstm")
@@ -76,6 +76,29 @@ class LSTM(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(x.reshape(-1, *self.seq_shape))
         return self.fc(out[:, -1])
+
+
+class LeNet5(nn.Module):
+    """LeNet-5 as the posit thesis builds it (its Listing 3.14): 32x32 input, tanh, average pooling.
+
+    conv(1->6, 5) tanh avgpool, conv(6->16, 5) tanh avgpool, conv(16->120, 5) tanh,
+    linear(120->84) tanh, linear(84->n_classes): 61,706 parameters for 10 classes.
+
+    >>> LeNet5()(torch.zeros(2, 1, 32, 32)).shape
+    torch.Size([2, 10])
+    """
+
+    def __init__(self, n_classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 6, 5), nn.Tanh(), nn.AvgPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.Tanh(), nn.AvgPool2d(2),
+            nn.Conv2d(16, 120, 5), nn.Tanh(),
+        )
+        self.classifier = nn.Sequential(nn.Linear(120, 84), nn.Tanh(), nn.Linear(84, n_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.features(x), 1))
 
 
 def compatible(model: str, data: Dataset) -> bool:

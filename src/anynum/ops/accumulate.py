@@ -4,14 +4,13 @@ Sums, means, dot products and norms with ``accumulate=fmt2 | "quire"`` run on th
 emulation engine's `an.matmul` (a sum is a dot product with ones under
 ``fma=True``: each term enters exactly, one rounding per addition): there is one
 accumulation engine in anynum, and `engine_matmul` is the single place that
-calls it. Until the engine is in the build, those calls raise a clear error.
+calls it.
 Products (prod, cumprod) round each partial product with ops' own correctly
 rounded multiply (`partial_products`).
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ import torch
 import anynum as an
 from anynum.errors import InputError
 from anynum.formats.base import Format
+from anynum.formats.posit import Posit
 from anynum.ops import exact
 from anynum.ops.core import Settings, make_settings, round_exact
 
@@ -41,25 +41,26 @@ def check_accumulate(name: str, accumulate: Any, order: Any, fma: Any) -> Format
 
 def engine_matmul(a: torch.Tensor, b: torch.Tensor, accumulate: Any, order: Any, fma: bool,
                    st: Settings) -> torch.Tensor:
-    """a @ b with the accumulation semantics of `an.matmul` (float64 in and out, not rounded to fmt).
+    """a @ b (float64 in and out) accumulated by `an.matmul`'s engine; the caller rounds the result to fmt.
 
-    The one place that calls the emulation engine. Until it is part of this
-    build, accumulate=fmt2/"quire" raise a clear error.
+    With a format, the last partial sum is on that format's grid, so the caller's one
+    rounding to fmt rounds a float64 value exactly. The quire's exact sum must reach fmt
+    in one rounding, so the engine rounds it onto ``st.fmt`` itself (the caller's rounding
+    then changes nothing). The rounding mode is the call's; a stochastic call's engine
+    seed comes from its own random stream, so ``seed=`` reproduces the result.
     """
-    engine = getattr(an, "matmul", None)
-    if engine is None:
+    quire = accumulate == "quire"
+    if quire and not isinstance(st.fmt, Posit):
         raise InputError(
-            f"an.ops.{st.name}(accumulate={accumulate!r}) needs the accumulation engine of anynum.emulate "
-            "(an.matmul), which this build of anynum does not have yet; use accumulate=None (float64 "
-            "accumulation, rounded once)."
+            f"an.ops.{st.name}(accumulate='quire'): the quire is the posit standard's exact accumulator, "
+            f"so fmt must be a posit; got {st.fmt.display_name()}. Use a posit fmt, accumulate=None "
+            "(float64) or an accumulation format."
         )
-    kwargs: dict[str, Any] = dict(accumulate=accumulate, order=order, fma=fma)
-    params = inspect.signature(engine).parameters
-    if "rounding" in params:
-        kwargs["rounding"] = st.mode
-    if "seed" in params and st.rng is not None:
-        kwargs["generator"] = st.stream(3)
-    return engine(a, b, **kwargs).to(torch.float64)  # type: ignore[no-any-return]
+    rng = st.stream(3)
+    seed = None if rng is None else int(rng.bits_at(torch.zeros(1, dtype=torch.int64), 62, 0)[0])
+    out = an.matmul(a.to(torch.float64), b.to(torch.float64), fmt=st.fmt if quire else None,
+                    accumulate=accumulate, order=order, fma=fma, rounding=st.mode, seed=seed)
+    return out.to(torch.float64)  # type: ignore[no-any-return]
 
 
 def sum_along_last(x: torch.Tensor, accumulate: Any, order: Any, st: Settings) -> torch.Tensor:

@@ -1,0 +1,204 @@
+"""Convolutions as dot products, so that accumulation formats and Block operands apply to them.
+
+A 1-d or 2-d convolution (forward, transposed, and both backward products)
+becomes ``unfold`` (im2col) plus one batched matrix product whose reduction axis
+is spelled out here, because ``order="sequential"`` follows it:
+
+================  =============================================================================
+product           reduction axis, in order (row-major)
+================  =============================================================================
+forward           (input channel of the group, kernel row, kernel column)
+grad_weight       (batch, output row, output column)
+grad_input        (output channel of the group, kernel row, kernel column), kernel reversed
+grad_bias         (batch, output row, output column)
+================  =============================================================================
+
+grad_input is the transposed convolution: the output gradient with ``stride - 1``
+zeros inserted between its elements, padded, and convolved with the flipped,
+transposed kernel. Zeros add nothing to a sum (a partial sum plus an exact zero
+rounds to itself), so the inserted zeros do not change any accumulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from anynum.errors import AnynumError
+
+__all__ = ["conv_backward", "conv_forward"]
+
+#: ``dot(a [..., M, K], b [..., K, N], bias=None) -> [..., M, N]``, accumulated and rounded.
+Dot = Callable[..., torch.Tensor]
+
+
+def _pair(v: Sequence[int], one: int) -> tuple[int, int]:
+    return (one, int(v[0])) if len(v) == 1 else (int(v[0]), int(v[1]))
+
+
+def _as_2d(x: torch.Tensor, spatial: int) -> torch.Tensor:
+    return x.unsqueeze(-2) if spatial == 1 else x
+
+
+def _check(spatial: int) -> None:
+    if spatial not in (1, 2):
+        raise AnynumError(
+            f"accumulate= and Block formats support 1-d and 2-d convolutions, received a {spatial}-d one. "
+            "Fix: accumulate=None (float64, rounded once) for this model, or exclude='convolution'."
+        )
+
+
+def _patches(
+    x: torch.Tensor, kernel: tuple[int, int], groups: int, stride: tuple[int, int], padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> torch.Tensor:
+    """im2col as a strided view: [N, g, C/g, H_out, W_out, kh, kw] (no copy).
+
+    torch's F.unfold (im2col) copies float64 patches 10 to 75 times slower than this view
+    plus one permuted copy by the caller.
+    """
+    n, c = x.shape[:2]
+    xp = F.pad(x, (padding[1], padding[1], padding[0], padding[0])) if any(padding) else x
+    v = xp.unfold(2, dilation[0] * (kernel[0] - 1) + 1, stride[0])
+    v = v.unfold(3, dilation[1] * (kernel[1] - 1) + 1, stride[1])  # [N, C, Ho, Wo, span_h, span_w]
+    v = v[..., :: dilation[0], :: dilation[1]]
+    return v.reshape(n, groups, c // groups, *v.shape[2:])
+
+
+def _conv(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+    dot: Dot,
+) -> torch.Tensor:
+    """conv2d(x, w) with the reduction (channel, kernel row, kernel column) done by `dot`."""
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    g = groups
+    v = _patches(x, (kh, kw), g, stride, padding, dilation)  # [N, g, cg, Ho, Wo, kh, kw]
+    hout, wout = v.shape[3], v.shape[4]
+    k = cg * kh * kw
+    b = v.permute(1, 2, 5, 6, 0, 3, 4).reshape(g, k, n * hout * wout)  # [g, K, N*L]
+    a = w.reshape(g, o // g, k)
+    bias_g = bias.reshape(g, o // g, 1) if bias is not None else None
+    y = dot(a, b, bias=bias_g)  # [g, O/g, N*L]
+    return y.view(o, n, hout, wout).transpose(0, 1)
+
+
+def _dilate(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
+    """x with stride - 1 zeros inserted between neighbours along both spatial axes."""
+    if stride == (1, 1):
+        return x
+    n, c, h, w = x.shape
+    out = x.new_zeros(n, c, (h - 1) * stride[0] + 1, (w - 1) * stride[1] + 1)
+    out[:, :, :: stride[0], :: stride[1]] = x
+    return out
+
+
+def _conv_transpose(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    extra: tuple[int, int],
+    groups: int,
+    dot: Dot,
+) -> torch.Tensor:
+    """conv_transpose2d(x, w) with w [C_in, C_out/g, kh, kw]; `extra` rows/columns at the end."""
+    cin, og, kh, kw = w.shape
+    g = groups
+    flipped = w.flip(-1, -2).view(g, cin // g, og, kh, kw).transpose(1, 2).reshape(g * og, cin // g, kh, kw)
+    xd = _dilate(x, stride)
+    p0 = dilation[0] * (kh - 1) - padding[0]
+    p1 = dilation[1] * (kw - 1) - padding[1]
+    xd = F.pad(xd, (p1, p1 + extra[1], p0, p0 + extra[0]))
+    return _conv(xd, flipped, bias, (1, 1), (0, 0), dilation, g, dot)
+
+
+def conv_forward(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Sequence[int],
+    groups: int,
+    dot: Dot,
+) -> torch.Tensor:
+    """``aten.convolution`` (1-d or 2-d, plain or transposed), float64 in and out."""
+    spatial = x.dim() - 2
+    _check(spatial)
+    s, p, d = _pair(stride, 1), _pair(padding, 0), _pair(dilation, 1)
+    x2, w2 = _as_2d(x, spatial), _as_2d(w, spatial)
+    if transposed:
+        y = _conv_transpose(x2, w2, bias, s, p, d, _pair(output_padding, 0), groups, dot)
+    else:
+        y = _conv(x2, w2, bias, s, p, d, groups, dot)
+    return y.squeeze(-2) if spatial == 1 else y
+
+
+def _grad_weight(
+    gy: torch.Tensor, x: torch.Tensor, wshape: torch.Size, s: tuple[int, int], p: tuple[int, int],
+    d: tuple[int, int], groups: int, dot: Dot,
+) -> torch.Tensor:
+    """sum over (batch, output position) of gy[n, o, l] * patches(x)[n, (c, kh, kw), l]."""
+    o, cg, kh, kw = wshape
+    n = x.shape[0]
+    g = groups
+    v = _patches(x, (kh, kw), g, s, p, d)  # [N, g, cg, Ho, Wo, kh, kw]
+    length = v.shape[3] * v.shape[4]
+    k = cg * kh * kw
+    b = v.permute(1, 0, 3, 4, 2, 5, 6).reshape(g, n * length, k)  # [g, N*L, K]
+    a = gy.reshape(n, g, o // g, length).permute(1, 2, 0, 3).reshape(g, o // g, n * length)
+    return dot(a, b).reshape(o, cg, kh, kw)
+
+
+def conv_backward(
+    gy: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Sequence[int],
+    groups: int,
+    mask: Sequence[bool],
+    dot: Dot,
+    sum_over: Callable[[torch.Tensor, Sequence[int]], torch.Tensor],
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """``aten.convolution_backward``: (grad_input, grad_weight, grad_bias) as `mask` asks."""
+    spatial = x.dim() - 2
+    _check(spatial)
+    s, p, d = _pair(stride, 1), _pair(padding, 0), _pair(dilation, 1)
+    gy2, x2, w2 = _as_2d(gy, spatial), _as_2d(x, spatial), _as_2d(w, spatial)
+    gi = gw = gb = None
+    if mask[0]:
+        if transposed:
+            gi = _conv(gy2, w2, None, s, p, d, groups, dot)
+        else:
+            # the adjoint of conv2d(., w) is conv_transpose2d(., w), same weight tensor
+            ks = w2.shape[-2:]
+            extra = ((x2.shape[2] + 2 * p[0] - d[0] * (ks[0] - 1) - 1) % s[0],
+                     (x2.shape[3] + 2 * p[1] - d[1] * (ks[1] - 1) - 1) % s[1])
+            gi = _conv_transpose(gy2, w2, None, s, p, d, extra, groups, dot)
+        gi = gi.squeeze(-2) if spatial == 1 else gi
+    if mask[1]:
+        if transposed:  # w [C_in, C_out/g, kh, kw]: the roles of x and gy swap
+            gw = _grad_weight(x2, gy2, w2.shape, s, p, d, groups, dot)
+        else:
+            gw = _grad_weight(gy2, x2, w2.shape, s, p, d, groups, dot)
+        gw = gw.squeeze(-2) if spatial == 1 else gw
+    if mask[2]:
+        gb = sum_over(gy, [0, *range(2, gy.dim())])
+    return gi, gw, gb

@@ -1,0 +1,271 @@
+/* Sequential accumulation for anynum's emulation: C[i,j] = sum_k A[i,k] * B[k,j], left to right,
+ * with every product and every partial sum rounded onto a float or posit grid (deterministic modes).
+ *
+ * The rounding functions mirror anynum's torch kernels bit for bit (tests compare them on every
+ * code and on random pairs): `round_float` is kernels/eager.py's float rule, `round_posit` the
+ * bit-pattern rule of kernels/posit.py. They exist only for this loop: everything else rounds
+ * through anynum.quantize and the kernel router. An exact error term e (TwoSum, or the fma
+ * product error) is applied by the project's one rule for exact pairs (anynum.ops.core.round_exact):
+ * y + e is first rounded to odd in float64 (y, or its neighbour towards e where y is even), which
+ * rounds onto any grid whose values and boundaries are even float64s like y + e itself.
+ *
+ * `round_fast` is a branch-light round-to-nearest-even for binades where the grid keeps at least
+ * one fraction bit (a per-binade table of kept bits): add half an ulp minus one plus the last kept
+ * bit to the float64 bit pattern and clear the dropped bits. Binades outside the table's safe range
+ * go to the full rule.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    int32_t kind;        /* 0 float, 1 posit */
+    int32_t mode;        /* 0 rne, 1 rna, 2 rnz, 3 rz, 4 ru, 5 rd, 6 ro */
+    /* float formats */
+    int32_t man_bits;
+    int32_t emin;        /* exponent of the smallest normal */
+    int32_t subnormals;
+    int32_t overflow;    /* 0 saturate, 1 inf, 2 nan */
+    int32_t neg_zero;
+    double max;
+    double smallest_normal;
+    /* posits */
+    int32_t n;
+    int32_t es;
+    double minpos;
+    double maxpos;
+    /* rounding of pairs */
+    int32_t pair_ok;     /* ops.core.odd_rounding_applies(fmt): rounding to odd first is exact */
+    int32_t needs_pair;  /* Grid.needs_pair: plain sums of two grid values still nudge */
+    const int16_t *fast; /* kept fraction bits per biased float64 exponent (2049 entries), <= 0: full
+                          * rule; NULL unless the mode is round-to-nearest-even */
+} Params;
+
+static inline double copysign_(double m, double x) { return copysign(m, x); }
+
+static double round_scaled(double s, int mode) {
+    /* anynum.rounding.round_scaled for the deterministic modes */
+    double a, lo, f;
+    switch (mode) {
+    case 0: return nearbyint(s);
+    case 3: return trunc(s);
+    case 4: return ceil(s);
+    case 5: return floor(s);
+    default: break;
+    }
+    a = fabs(s);
+    lo = floor(a);
+    f = a - lo;
+    int away;
+    if (mode == 1) away = f >= 0.5;
+    else if (mode == 2) away = f > 0.5;
+    else away = (f > 0) && (fmod(lo, 2.0) == 0.0);
+    return copysign_(lo + (double)away, s);
+}
+
+static double round_float(double x, const Params *p, int mode) {
+    double a = fabs(x), step, y;
+    if (isnan(x)) return x;
+    if (isinf(x)) {
+        y = x;
+    } else {
+        int e2;
+        if (a == 0) {
+            step = ldexp(1.0, p->emin - p->man_bits);
+        } else {
+            frexp(a, &e2);
+            int E = e2 - 1;
+            if (E < p->emin) E = p->emin;
+            step = ldexp(1.0, E - p->man_bits);
+        }
+        if (!p->subnormals && a < p->smallest_normal) step = p->smallest_normal;
+        y = round_scaled(x / step, mode) * step;
+        y = copysign_(y, x);
+    }
+    /* apply_overflow */
+    double m = fabs(y);
+    if (m > p->max) {
+        if (p->overflow == 0) {
+            m = p->max;
+        } else {
+            int to_beyond;
+            int xinf = isinf(x);
+            if (mode == 3 || mode == 6) to_beyond = xinf;
+            else if (mode == 4) to_beyond = xinf || x > 0;
+            else if (mode == 5) to_beyond = xinf || x < 0;
+            else to_beyond = 1;
+            m = to_beyond ? (p->overflow == 2 ? NAN : INFINITY) : p->max;
+        }
+        y = copysign_(m, y);
+    }
+    if (!p->neg_zero && y == 0) y = 0.0;
+    return y;
+}
+
+static double posit_decode(int64_t c, int n, int es) {
+    /* value of the magnitude code c in [1, 2**(n-1) - 1] */
+    int top = n - 2, r = 0, first = (int)((c >> top) & 1), i;
+    for (i = top; i >= 0 && (int)((c >> i) & 1) == first; i--) r++;
+    int k = first ? r - 1 : -r;
+    int rem = n - 1 - r - 1; /* bits after the regime and its terminating bit */
+    if (rem < 0) rem = 0;
+    int64_t tail = c & ((rem > 0) ? ((((int64_t)1) << rem) - 1) : 0);
+    int64_t e;
+    int fl;
+    if (rem >= es) {
+        e = tail >> (rem - es);
+        fl = rem - es;
+    } else {
+        e = tail << (es - rem); /* cut exponent bits read as zeros */
+        fl = 0;
+    }
+    int64_t frac = fl > 0 ? (tail & ((((int64_t)1) << fl) - 1)) : 0;
+    double sig = 1.0 + ldexp((double)frac, -fl);
+    return ldexp(sig, k * (1 << es) + (int)e);
+}
+
+static double round_posit(double x, const Params *p, int mode) {
+    if (isnan(x) || isinf(x)) return NAN;
+    double a = fabs(x);
+    if (a == 0) return 0.0;
+    double mag;
+    if (a >= p->maxpos) {
+        mag = p->maxpos;
+    } else if (a < p->minpos) {
+        mag = p->minpos;
+    } else {
+        int n = p->n, es = p->es, e2;
+        double m = frexp(a, &e2);
+        int E = e2 - 1;
+        int useed_log = 1 << es;
+        int k = E >= 0 ? E / useed_log : -((-E + useed_log - 1) / useed_log);
+        int e = E - k * useed_log;
+        int rl = k >= 0 ? k + 2 : -k + 1;
+        int mbits = n - 1 - rl;                     /* bits kept after the regime, >= 0 */
+        uint64_t frac52 = (uint64_t)ldexp(m * 2.0 - 1.0, 52);
+        uint64_t z = ((uint64_t)e << 52) | frac52;  /* es + 52 bits */
+        int total = es + 52;
+        int drop = total - mbits;
+        uint64_t kept = drop >= 64 ? 0 : z >> drop;
+        uint64_t dropped = drop >= 64 ? z : (z & ((((uint64_t)1) << drop) - 1));
+        uint64_t regime = k >= 0 ? ((((uint64_t)1) << (k + 2)) - 2) : 1;
+        int64_t code = (int64_t)((regime << mbits) | kept);
+        uint64_t half = ((uint64_t)1) << (drop - 1);
+        int inexact = dropped != 0;
+        int guard = (dropped & half) != 0;
+        int sticky = (dropped & (half - 1)) != 0;
+        int up = 0, neg = x < 0;
+        switch (mode) {
+        case 0: up = guard && (sticky || (code & 1)); break;
+        case 1: up = guard; break;
+        case 2: up = guard && sticky; break;
+        case 3: up = 0; break;
+        case 4: up = inexact && !neg; break;
+        case 5: up = inexact && neg; break;
+        default: up = inexact && !(code & 1); break;
+        }
+        mag = posit_decode(code + up, n, es);
+        if (mag < p->minpos) mag = p->minpos;
+    }
+    return x < 0 ? -mag : mag;
+}
+
+static double round_mode(double x, const Params *p, int mode) {
+    return p->kind == 0 ? round_float(x, p, mode) : round_posit(x, p, mode);
+}
+
+static double round_full(double x, const Params *p) { return round_mode(x, p, p->mode); }
+
+static inline double round_fast(double x, const Params *p) __attribute__((always_inline));
+static inline double round_fast(double x, const Params *p) {
+    uint64_t bits;
+    memcpy(&bits, &x, 8);
+    int ex = (int)((bits >> 52) & 0x7ff);
+    int kept = p->fast[ex];
+    if (__builtin_expect(kept <= 0 || p->fast[ex + 1] <= 0, 0)) return round_full(x, p);
+    int shift = 52 - kept;
+    uint64_t lsb = (bits >> shift) & 1;
+    bits += (((uint64_t)1) << (shift - 1)) - 1 + lsb;
+    bits &= ~((((uint64_t)1) << shift) - 1);
+    double y;
+    memcpy(&y, &bits, 8);
+    return y;
+}
+
+static inline double round_pair(double y, double e, int force, const Params *p) {
+    if (e != 0 && p->pair_ok && (force || p->needs_pair) && isfinite(y)) {
+        uint64_t bits;
+        memcpy(&bits, &y, 8);
+        if (!(bits & 1)) y = nextafter(y, e > 0 ? INFINITY : -INFINITY); /* round to odd */
+    }
+    return p->fast ? round_fast(y, p) : round_full(y, p);
+}
+
+/* out[i] = the pair (x[i], e[i]) rounded once (e may be NULL: plain rounding): the rounding the
+ * loop below applies, exported so tests hold it to the torch reference on every code. */
+void anynum_emu_round(const double *x, const double *e, double *out, int64_t n, const Params *p) {
+    for (int64_t i = 0; i < n; i++) out[i] = round_pair(x[i], e ? e[i] : 0.0, 1, p);
+}
+
+/* Outputs [row0, row1) x [col0, col1) of C = A @ B, A [M, K] and B [K, N] row-major, C [M, N].
+ * exact: every product is exact in float64 (no TwoProduct error term needed). Columns are
+ * processed in tiles of JB so that a tile of C and the tile's rows of B stay in cache while the
+ * reduction runs; the order along k is the same for every output. */
+#define JB 256
+
+static void seq_tile(const double *A, const double *B, double *C, int64_t row0, int64_t row1, int64_t K,
+                     int64_t N, int64_t j0, int64_t jn, int32_t fma_mode, int32_t exact, const Params *p) {
+    /* the common case (nearest on a grid of <= 25 bits, exact products, no fma): two roundings
+     * per product, no error terms */
+    int plain = !fma_mode && exact && !p->needs_pair && p->fast;
+    for (int64_t i = row0; i < row1; i++) {
+        double *c = C + i * N + j0;
+        const double *arow = A + i * K;
+        for (int64_t k = 0; k < K; k++) {
+            double a = arow[k];
+            const double *b = B + k * N + j0;
+            if (plain) {
+                if (k == 0) {
+                    for (int64_t j = 0; j < jn; j++) c[j] = round_fast(round_fast(a * b[j], p), p);
+                } else {
+                    for (int64_t j = 0; j < jn; j++) c[j] = round_fast(c[j] + round_fast(a * b[j], p), p);
+                }
+                continue;
+            }
+            for (int64_t j = 0; j < jn; j++) {
+                double prod = a * b[j];
+                double pe = (exact || !isfinite(prod)) ? 0.0 : fma(a, b[j], -prod);
+                if (!fma_mode) {
+                    prod = round_pair(prod, pe, !exact, p);
+                    pe = 0.0;
+                }
+                if (k == 0) {
+                    c[j] = round_pair(prod, pe, fma_mode || !exact, p);
+                    continue;
+                }
+                double s = c[j];
+                double y = s + prod;
+                double bb = y - s;
+                double err = isfinite(y) ? (s - (y - bb)) + (prod - bb) : 0.0;
+                if (fma_mode) { /* accumulate._add_tail: y + err + pe, the remainder's sign exact */
+                    double t = err + pe;
+                    double bt = t - err;
+                    double tt = (err - (t - bt)) + (pe - bt);
+                    double y2 = y + t;
+                    double b2 = y2 - y;
+                    err = isfinite(y2) ? ((y - (y2 - b2)) + (t - b2)) + tt : 0.0;
+                    y = y2;
+                }
+                c[j] = round_pair(y, err, fma_mode, p);
+            }
+        }
+    }
+}
+
+void anynum_seq_dot(const double *A, const double *B, double *C, int64_t row0, int64_t row1, int64_t K,
+                    int64_t N, int64_t col0, int64_t col1, int32_t fma_mode, int32_t exact, const Params *p) {
+    for (int64_t j0 = col0; j0 < col1; j0 += JB) {
+        int64_t jn = col1 - j0 < JB ? col1 - j0 : JB;
+        seq_tile(A, B, C, row0, row1, K, N, j0, jn, fma_mode, exact, p);
+    }
+}
