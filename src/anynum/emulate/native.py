@@ -76,16 +76,7 @@ class _Params(ctypes.Structure):
 def _library() -> Any:
     if os.environ.get("ANYNUM_EMULATE_NATIVE", "1") == "0":
         return None
-    # nativelib loads the verified file as /proc/self/fd/N and closes N; glibc's dlopen
-    # recognises libraries by that name, so a second library opened under a reused N comes
-    # back as the first one. Until nativelib keeps its descriptors, hold a few low numbers
-    # while loading so this library gets a name no earlier load used. (Reported to the lead.)
-    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(16)]
-    try:
-        lib = load(_SOURCE)
-    finally:
-        for fd in held:
-            os.close(fd)
+    lib = load(_SOURCE)
     if lib is None or not hasattr(lib, "anynum_seq_dot"):
         return None
     p = ctypes.POINTER(_Params)
