@@ -1,86 +1,52 @@
-"""Speed of anynum.mc (nc=2) relative to the native float64 op, at 1 and 2 threads.
+"""Speed of anynum.mc (nc = 2) as ratios to the float64 op, one table per run.
 
-Run:  python benchmarks/bench_mc.py [--json out.json] [--reps 7] [--dtype float32]
+Run:  OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_mc.py [--reps 7] [--threads 1,2]
+                                                          [--dtype float32] [--json out.json]
 
-Each repetition times the float64 reference and the MC op back to back (interleaved), and
-the table reports the median of the per-repetition ratios, so machine noise affects both
-sides alike.  The MCTensor paper's own code, on this machine at 1 thread, nc=2 float32:
-add 73 ms (~74x), mul 1070 ms, div 522 ms, mv 793 ms (~720x), matmul 1709 ms (~4900x).
-Targets: add <= 7x, mul/div <= 30x, mv/matmul <= 20x.  The matrix products use the default
-engine (exact int8 GEMMs); the "native" rows are the previous default, for comparison.
+The header says where the numbers come from: torch version, CPU model and the SIMD flags that
+matter, which engine runs MC matrix products here and why (the once-per-process probe of
+`anynum.mc.engine`, or ``ANYNUM_MC_MATMUL``), and whether the native (C) kernels loaded.
+Each repetition times the float64 reference and the MC op back to back (interleaved); a cell
+is the median of the per-repetition ratios, so machine noise affects both sides alike.  Rows:
 
-Additions of large float32/float64 operands run as one loop compiled by torch.compile unless
-``ANYNUM_COMPILE=0`` (default "auto": from 262144 elements); the "(eager)" rows force the
-eager cache-blocked kernels in the same run.  The first call of each compiled kernel (the
-compile, or a load from Inductor's disk cache) is timed separately and printed as "first
-call"; it is excluded from the ratios.
+* elementwise ops on 1000 x 1000 operands (default route: the C loops of `anynum.mc.cloops`),
+  and the same with ``ANYNUM_COMPILE=0`` ("eager") for comparison;
+* mv (5000 x 500) . 500 and matmul (500 x 200) . (200 x 50), MC . tensor and MC . MC, with the
+  engine chosen here ("auto") and with each engine forced (``engine=``), so one run shows what
+  a machine that picks the other engine would get.
 
-``--baseline DIR`` adds "(baseline)" rows that run the same MCTensor operations with the
-``arith.py``/``linalg.py`` found in DIR (e.g. an earlier version extracted with
-``git show REV:src/anynum/mc/arith.py > DIR/arith.py``, same for linalg.py), interleaved in
-the same run, for before/after comparisons on a noisy machine.
+Targets (issue 15): add and mul <= 3x; matmul nc = 2 float32 <= 10x on both kinds of machine.
+The first call of each row (native build or cache load, the engine probe) is timed separately
+and printed when above 0.1 s; it is excluded from the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
 import json
 import os
+import platform
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
 from anynum import mc
+from anynum.mc import engine, native
 
 
-def _time(f, inner: int) -> float:
+def _time(f: Callable[[], object], inner: int) -> float:
     t0 = time.perf_counter()
     for _ in range(inner):
         f()
     return (time.perf_counter() - t0) / inner
 
 
-def _load(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def eager(f: Callable[[], object]) -> Callable[[], object]:
+    """`f` with the native and compiled kernels switched off (ANYNUM_COMPILE=0)."""
 
-
-def baseline(directory: str):
-    """A wrapper running a callable with the arith/linalg modules of `directory` swapped in."""
-    from anynum.mc import tensor
-
-    old_arith = _load(os.path.join(directory, "arith.py"), "_mc_baseline_arith")
-    old_linalg = _load(os.path.join(directory, "linalg.py"), "_mc_baseline_linalg")
-    old_linalg.arith = old_arith
-
-    @contextlib.contextmanager
-    def swapped():
-        saved = tensor.arith, tensor.linalg
-        tensor.arith, tensor.linalg = old_arith, old_linalg
-        try:
-            yield
-        finally:
-            tensor.arith, tensor.linalg = saved
-
-    def wrap(f):
-        def run():
-            with swapped():
-                return f()
-        return run
-
-    return wrap
-
-
-def eager(f):
-    """`f` with the compiled elementwise kernels switched off (ANYNUM_COMPILE=0)."""
-
-    def run():
+    def run() -> object:
         old = os.environ.get("ANYNUM_COMPILE")
         os.environ["ANYNUM_COMPILE"] = "0"
         try:
@@ -94,7 +60,11 @@ def eager(f):
     return run
 
 
-def cases(dtype: torch.dtype, base=None):
+Case = tuple[str, Callable[[], object], Callable[[], object], int, str]
+
+
+def cases(dtype: torch.dtype) -> list[Case]:
+    """(name, float64 reference, MC op, inner repetitions, target)."""
     g = torch.Generator().manual_seed(0)
     X = torch.randn(1000, 1000, dtype=torch.float64, generator=g)
     Y = torch.randn(1000, 1000, dtype=torch.float64, generator=g) + 3.0
@@ -106,35 +76,54 @@ def cases(dtype: torch.dtype, base=None):
     B = torch.randn(200, 50, dtype=torch.float64, generator=g)
     a, bm = mc.MCTensor(A, 2, dtype=dtype), mc.MCTensor(B, 2, dtype=dtype)
     vt, bt, yt = v.to(dtype), B.to(dtype), Y.to(dtype)
-    out = [
-        ("add 1000x1000 (MC+MC)", lambda: X + Y, lambda: x + y, 3),
-        ("add 1000x1000 (MC+tensor)", lambda: X + Y, lambda: x + yt, 3),
-        ("add 1000x1000 (MC+MC) (eager)", lambda: X + Y, eager(lambda: x + y), 3),
-        ("add 1000x1000 (MC+tensor) (eager)", lambda: X + Y, eager(lambda: x + yt), 3),
-        ("mul 1000x1000 (MC*MC)", lambda: X * Y, lambda: x * y, 3),
-        ("div 1000x1000 (MC/MC)", lambda: X / Y, lambda: x / y, 2),
-        ("mv (5000x500).500 (MC.tensor)", lambda: M @ v, lambda: m @ vt, 1),
-        ("matmul (500x200).(200x50) (MC.tensor)", lambda: A @ B, lambda: a @ bt, 2),
-        ("matmul (500x200).(200x50) (MC.MC)", lambda: A @ B, lambda: a @ bm, 1),
-        ("matmul wide engine (MC.tensor)", lambda: A @ B,
-         lambda: mc.matmul(a, bt, engine="wide"), 2),
-        # the previous default (component-dtype float GEMMs), for a same-run comparison
-        ("mv native engine (MC.tensor)", lambda: M @ v, lambda: mc.matmul(m, vt, engine="native"), 1),
-        ("matmul native engine (MC.tensor)", lambda: A @ B,
-         lambda: mc.matmul(a, bt, engine="native"), 1),
-        ("matmul native engine (MC.MC)", lambda: A @ B,
-         lambda: mc.matmul(a, bm, engine="native"), 1),
+    out: list[Case] = [
+        ("add MC+MC", lambda: X + Y, lambda: x + y, 3, "<= 3x"),
+        ("add MC+tensor", lambda: X + Y, lambda: x + yt, 3, "<= 3x"),
+        ("mul MC*MC", lambda: X * Y, lambda: x * y, 3, "<= 3x"),
+        ("mul MC*tensor", lambda: X * Y, lambda: x * yt, 3, "<= 3x"),
+        ("div MC/MC", lambda: X / Y, lambda: x / y, 2, ""),
+        ("div MC/tensor", lambda: X / Y, lambda: x / yt, 2, ""),
+        ("add MC+MC, eager", lambda: X + Y, eager(lambda: x + y), 3, ""),
+        ("mul MC*MC, eager", lambda: X * Y, eager(lambda: x * y), 3, ""),
+        ("div MC/MC, eager", lambda: X / Y, eager(lambda: x / y), 2, ""),
     ]
-    if base is not None:
+    for eng in ("auto", "float", "int8"):
         out += [
-            ("add 1000x1000 (MC+MC) (baseline)", lambda: X + Y, base(lambda: x + y), 3),
-            ("mul 1000x1000 (MC*MC) (baseline)", lambda: X * Y, base(lambda: x * y), 3),
-            ("div 1000x1000 (MC/MC) (baseline)", lambda: X / Y, base(lambda: x / y), 2),
-            ("mv (5000x500).500 (MC.tensor) (baseline)", lambda: M @ v, base(lambda: m @ vt), 1),
-            ("matmul (500x200).(200x50) (MC.tensor) (baseline)", lambda: A @ B, base(lambda: a @ bt), 2),
-            ("matmul (500x200).(200x50) (MC.MC) (baseline)", lambda: A @ B, base(lambda: a @ bm), 1),
+            (f"matmul MC.tensor ({eng})", lambda: A @ B, lambda e=eng: mc.matmul(a, bt, engine=e), 2,
+             "<= 10x" if eng != "int8" else ""),
+            (f"matmul MC.MC ({eng})", lambda: A @ B, lambda e=eng: mc.matmul(a, bm, engine=e), 2,
+             "<= 10x" if eng != "int8" else ""),
+            (f"mv MC.tensor ({eng})", lambda: M @ v, lambda e=eng: mc.matmul(m, vt, engine=e), 1, ""),
         ]
     return out
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def header(dtype: str, threads: list[int]) -> dict[str, object]:
+    rep = engine.report()
+    info = {
+        "torch": torch.__version__, "cpu": _cpu_model(), "cpu_flags": rep["cpu_flags"],
+        "threads": threads, "dtype": dtype, "matmul_engine": rep["engine"],
+        "matmul_engine_reason": rep["reason"], "probe_int8_ms": rep["int8_ms"],
+        "probe_float64_ms": rep["float64_ms"], "native_kernels": native.library() is not None,
+        "ANYNUM_COMPILE": os.environ.get("ANYNUM_COMPILE", "auto"),
+        "ANYNUM_MC_MATMUL": os.environ.get(engine.ENV, "auto"),
+    }
+    print(f"torch {info['torch']}, {info['cpu']}, flags: {' '.join(map(str, rep['cpu_flags']))}")
+    print(f"MC matmul engine here: {rep['engine']} ({rep['reason']}); native C kernels: "
+          f"{'loaded' if info['native_kernels'] else 'not available'}; "
+          f"ANYNUM_COMPILE={info['ANYNUM_COMPILE']}, {engine.ENV}={info['ANYNUM_MC_MATMUL']}")
+    return info
 
 
 def main() -> None:
@@ -143,20 +132,19 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    ap.add_argument("--baseline", default=None,
-                    help="directory with an earlier arith.py and linalg.py to compare against")
     args = ap.parse_args()
-    base = baseline(args.baseline) if args.baseline else None
     dtype = getattr(torch, args.dtype)
-    results = []
-    for threads in (int(t) for t in args.threads.split(",")):
-        torch.set_num_threads(threads)
-        for name, ref, op, inner in cases(dtype, base):
+    threads = [int(t) for t in args.threads.split(",")]
+    info = header(args.dtype, threads)
+    rows: dict[str, dict[str, object]] = {}
+    for th in threads:
+        torch.set_num_threads(th)
+        for name, ref, op, inner, target in cases(dtype):
             t0 = time.perf_counter()
             op()
             first = time.perf_counter() - t0
-            if first > 0.5:
-                print(f"{threads}T  {name:42s} first call {first:.1f} s (compile or cache load)")
+            if first > 0.1:
+                print(f"  first call of '{name}' at {th} thread(s): {first:.2f} s (build/cache load, probe)")
             ref()
             ratios, tr, to = [], [], []
             for _ in range(args.reps):
@@ -165,15 +153,20 @@ def main() -> None:
                 tr.append(a)
                 to.append(b)
                 ratios.append(b / a)
-            row = {"threads": threads, "op": name, "dtype": args.dtype,
-                   "float64_ms": statistics.median(tr) * 1e3, "mc_ms": statistics.median(to) * 1e3,
-                   "ratio": statistics.median(ratios)}
-            results.append(row)
-            print(f"{threads}T  {name:42s} f64 {row['float64_ms']:8.3f} ms  "
-                  f"MC {row['mc_ms']:9.3f} ms  ratio {row['ratio']:7.1f}x", flush=True)
+            row = rows.setdefault(name, {"op": name, "target": target})
+            row[f"{th}T"] = statistics.median(ratios)
+            row[f"{th}T_float64_ms"] = statistics.median(tr) * 1e3
+            row[f"{th}T_mc_ms"] = statistics.median(to) * 1e3
+    cols = [f"{th}T" for th in threads]
+    print(f"\n| op (nc=2 {args.dtype}, ratio to the float64 op) | "
+          + " | ".join(f"{th} thread{'s' if th > 1 else ''}" for th in threads) + " | target |")
+    print("|---|" + "---|" * len(cols) + "---|")
+    for row in rows.values():
+        cells = " | ".join(f"{row[c]:.1f}x" for c in cols)
+        print(f"| {row['op']} | {cells} | {row['target']} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump({"machine": info, "rows": list(rows.values())}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -449,8 +449,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--parts", default="linreg,logistic,mlp,digits,hyperbolic",
                     help="comma-separated subset of linreg,logistic,mlp,digits,hyperbolic")
-    ap.add_argument("--engine", default="int8", choices=["int8", "native", "wide"],
-                    help="MC matmul engine (int8: exact int8 GEMMs, the default and fastest on CPU)")
+    ap.add_argument("--engine", default="auto", choices=["auto", "int8", "float", "native", "wide"],
+                    help="MC matmul engine (auto: the one anynum.mc.engine picks for this machine)")
     ap.add_argument("--epochs", type=int, default=None,
                     help="override the number of epochs of every selected part")
     args = ap.parse_args()

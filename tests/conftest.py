@@ -17,11 +17,34 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+# --doctest-modules would import each folder's conftest.py a second time as a module named
+# "conftest" (the folders have no __init__.py), and two of them clash; they hold no doctests.
+collect_ignore_glob = ["*/conftest.py"]
+
 # pytest-xdist already runs one worker per core: a second intra-op thread per worker only
 # oversubscribes the cores (10-40x slower elementwise kernels measured on 2 cores). Tests that
 # are about thread counts set them explicitly.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("anynum fuzz")
+    group.addoption("--fuzz-seed", type=int, default=None,
+                    help="seed of the differential fuzzer (tests/fuzz); random draws, reproducible")
+    group.addoption("--fuzz-examples", type=int, default=None,
+                    help="examples per fuzz test (default: a few in the normal run, unbounded with -m fuzz)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """tests/fuzz read these before their modules are imported: `pytest -m fuzz` is the long mode."""
+    marks = (config.getoption("markexpr", "") or "").replace(" ", "")
+    if "fuzz" in marks and "notfuzz" not in marks:
+        os.environ["ANYNUM_FUZZ_LONG"] = "1"
+    for option, env in (("fuzz_seed", "ANYNUM_FUZZ_SEED"), ("fuzz_examples", "ANYNUM_FUZZ_EXAMPLES")):
+        value = config.getoption(option, None)
+        if value is not None:
+            os.environ[env] = str(value)
+
 
 settings.register_profile(
     "ci",

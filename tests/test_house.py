@@ -89,7 +89,8 @@ def _graph() -> tuple[dict[str, set[str]], list[str]]:
                     full = f"{base}.{alias.name}"
                     targets.append(full if full in mods else base)
                     private_name = alias.name.startswith("_") and not alias.name.startswith("__")
-                    if private_name and full not in mods and owner(base) != mod:
+                    ours = base.split(".")[0] == PUBLIC_FACE  # torch's own privates are torch's business
+                    if ours and private_name and full not in mods and owner(base) != mod:
                         private.append(f"{mod} imports {base}.{alias.name}")
             for target in targets:
                 if target.split(".")[0] != PUBLIC_FACE:

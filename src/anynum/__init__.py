@@ -58,7 +58,7 @@ from anynum.rounding import Rounding
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = ("mc", "nn", "optim", "experiments", "compat", "kernels", "formats")
+_LAZY_SUBMODULES = ("mc", "nn", "ops", "optim", "experiments", "compat", "kernels", "formats")
 
 __all__ = [
     "BF16",
@@ -101,6 +101,7 @@ __all__ = [
     "decode",
     "dequantize_int",
     "encode",
+    "flip_bits",
     "format",
     "list_formats",
     "quantize",
@@ -110,6 +111,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "flip_bits":  # lives in anynum.faults, loaded on first use
+        from anynum.faults import flip_bits
+
+        globals()[name] = flip_bits
+        return flip_bits
     if name == "Quantizer":  # lives in anynum.nn, loaded on first use
         from anynum.nn.quantizer import Quantizer
 

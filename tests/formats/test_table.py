@@ -166,8 +166,11 @@ def test_directed_and_odd_modes():
     x = [2.0, -3.0, 0.0, -1.0, 0.75]
     assert q(x, tab, "ru") == [3.0, -2.0, 0.5, 0.5, 1.0]
     assert q(x, tab, "rd") == [1.0, -4.0, -2.0, -2.0, 0.5]
-    # rz: the neighbour on the side of zero (0.5 for -1.0: the gap straddles zero)
-    assert q(x, tab, "rz") == [1.0, -2.0, 0.5, 0.5, 0.5]
+    # rz: the neighbour on the side of zero; across the gap that straddles zero the one of x's
+    # sign (-2.0 for -1.0, 0.5 for +0.0), so that RZ is monotone and keeps signs (found by the
+    # fuzzer: the old rule gave RZ(-1.0) = 0.5, RZ(0.0) = 0.5 (the nearer) and RZ(0.25) = -2.0)
+    assert q(x, tab, "rz") == [1.0, -2.0, 0.5, -2.0, 0.5]
+    assert q([-0.0, -1e-300, 1e-300], tab, "rz") == [-2.0, -2.0, 0.5]
     # ro: odd rank (ranks: -4 -> -2, -2 -> -1, 0.5 -> 0, 1 -> 1, 3 -> 2)
     assert q(x, tab, "ro") == [1.0, -2.0, -2.0, -2.0, 1.0]
     exact = [-4.0, -2.0, 0.5, 1.0, 3.0]

@@ -1,7 +1,10 @@
-"""The fused, blocked double-word kernels give bit-for-bit the results of the plain formulas.
+"""The C loops, the compiled and the blocked double-word kernels give bit-for-bit the results
+of the plain formulas.
 
-`anynum.mc.arith` runs the nc = 2 algorithms on large tensors as fixed sequences of ``out=``
-operations over cache-sized blocks, with reused scratch buffers.  The reference
+`anynum.mc.arith` runs the nc = 2 algorithms as C loops (`anynum.mc.cloops`, the default), as
+torch.compile'd loops (additions, ``ANYNUM_COMPILE=1``) or, with ``ANYNUM_COMPILE=0``, on
+large tensors as fixed sequences of ``out=`` operations over cache-sized blocks, with reused
+scratch buffers.  The reference
 implementations below are the straightforward formulas of Joldes, Muller, Popescu (2017),
 one fresh tensor per operation, exactly as the package computed them before; the results
 must agree bit for bit (signed zeros and NaN positions included), on random, adversarial
@@ -17,7 +20,7 @@ import torch
 
 from anynum import mc
 from anynum.kernels import fused
-from anynum.mc import arith
+from anynum.mc import arith, blocked, cloops, compiled
 
 
 # ----------------------------------------------------------------- reference formulas
@@ -61,6 +64,17 @@ def ref_dw_times_dw(xh, xl, yh, yl):  # DWTimesDW3, Alg. 12
     tl1 = torch.addcmul(tl0, xh, yl)
     cl2 = torch.addcmul(tl1, xl, yh)
     return _fast_two_sum(ch, cl1 + cl2)
+
+
+def ref_dw_div_fp(xh, xl, y):  # DWDivFP3, Alg. 15 (FMA two_prod)
+    th = xh / y
+    ph = th * y
+    pl = torch.addcmul(-ph, th, y)
+    dh = xh - ph
+    dt = dh - pl
+    d = dt + xl
+    tl = d / y
+    return _fast_two_sum(th, tl)
 
 
 def ref_dw_div_dw(xh, xl, yh, yl):  # DWDivDW2, Alg. 17 (with DWTimesFP1, FMA two_prod)
@@ -150,6 +164,7 @@ def _cases(xh, xl, yh, yl):
         (arith.dw_times_fp(xh, xl, yh, use_fma=True), ref_dw_times_fp(xh, xl, yh)),
         (arith.dw_times_dw(xh, xl, yh, yl, use_fma=True), ref_dw_times_dw(xh, xl, yh, yl)),
         (arith.dw_div_dw(xh, xl, yh, yl), ref_dw_div_dw(xh, xl, yh, yl)),
+        (arith.dw_div_fp(xh, xl, yh), ref_dw_div_fp(xh, xl, yh)),
     ]
 
 
@@ -160,10 +175,11 @@ KINDS = ["random", "cancel", "gaps", "nonfinite"]
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("block", [None, 4096, 5000])
 def test_blocked_kernels_bit_identical(dtype, kind, block, monkeypatch):
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")  # the eager route
     if not mc.fma_available(dtype):
         pytest.skip("the product kernels are only used with a verified FMA")
     if block is not None:
-        monkeypatch.setattr(arith, "BLOCK", block)
+        monkeypatch.setattr(blocked, "BLOCK", block)
     shape = (301, 419)  # > 2**15 elements (the pooled path), not a multiple of any block
     ops = _operands(kind, dtype, shape, seed=hash((kind, str(dtype))) % 2**31)
     with torch.no_grad():
@@ -173,7 +189,8 @@ def test_blocked_kernels_bit_identical(dtype, kind, block, monkeypatch):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_blocked_kernels_threads_and_layouts(threads, monkeypatch):
-    monkeypatch.setattr(arith, "BLOCK", 1 << 14)  # blocks of threads * 2**14: ragged last block
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")
+    monkeypatch.setattr(blocked, "BLOCK", 1 << 14)  # blocks of threads * 2**14: ragged last block
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -189,6 +206,53 @@ def test_blocked_kernels_threads_and_layouts(threads, monkeypatch):
             _same(arith.dw_plus_fp(xh, xl, row), ref_dw_plus_fp(xh, xl, row))
     finally:
         torch.set_num_threads(old)
+
+
+def _no_other_route(*args, **kwargs):
+    raise AssertionError("an eager or compiled kernel ran instead of the C loop")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", KINDS)
+def test_c_loops_bit_identical(dtype, kind, monkeypatch):
+    """By default (ANYNUM_COMPILE unset) the C loops run, at every size: same bits as the formulas."""
+    monkeypatch.delenv("ANYNUM_COMPILE", raising=False)
+    monkeypatch.setattr(blocked, "run", _no_other_route)
+    monkeypatch.setattr(compiled, "run", _no_other_route)
+    if not mc.fma_available(dtype):
+        pytest.skip("the product kernels are only used with a verified FMA")
+    for shape in [(1,), (7,), (1031,), (301, 419)]:
+        ops = _operands(kind, dtype, shape, seed=hash((kind, str(dtype), shape)) % 2**31)
+        assert cloops.available(*ops)  # no skip without a compiler: see tests/kernels/test_ckernel.py
+        with torch.no_grad():
+            for got, want in _cases(*ops):
+                _same(got, want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_loops_threads(threads, monkeypatch):
+    """Large tensors are cut into one chunk per thread (ragged last chunk): same bits."""
+    monkeypatch.delenv("ANYNUM_COMPILE", raising=False)
+    monkeypatch.setattr(cloops, "_CHUNK_MIN", 1000)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ops = _operands("random", torch.float64, (3001,), seed=11)
+        with torch.no_grad():
+            for got, want in _cases(*ops):
+                _same(got, want)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_c_loops_not_used_with_autograd_or_broadcast(monkeypatch):
+    monkeypatch.delenv("ANYNUM_COMPILE", raising=False)
+    monkeypatch.setattr(cloops, "run", _no_other_route)
+    xh, xl, yh, yl = _operands("random", torch.float32, (50,), seed=2)
+    arith.dw_plus_fp(xh, xl, yh[:1])  # broadcast: the formula
+    xh.requires_grad_(True)
+    z = arith.dw_plus_dw(xh, xl, yh, yl)  # autograd recording: the formula, differentiable
+    assert z[0].requires_grad
 
 
 def test_mc_add_matches_reference_and_components_independent():
@@ -212,7 +276,7 @@ def test_compiled_additions_bit_identical(dtype, monkeypatch):
     """With ANYNUM_COMPILE=1 the sums run as one torch.compile'd loop: same bits as the formulas."""
     monkeypatch.setenv("ANYNUM_COMPILE", "1")
     monkeypatch.setattr(fused, "_failed", set())
-    monkeypatch.setattr(arith, "_run", _eager_kernel_called)
+    monkeypatch.setattr(blocked, "run", _eager_kernel_called)
     for kind in KINDS:
         for shape in [(301, 419), (2**15 + 3,)]:
             xh, xl, yh, yl = _operands(kind, dtype, shape, seed=hash((kind, shape)) % 2**31)
@@ -231,7 +295,7 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
 
     monkeypatch.setenv("ANYNUM_COMPILE", "1")
     monkeypatch.setattr(fused, "_failed", set())
-    monkeypatch.setattr(arith, "_compiled", broken)
+    monkeypatch.setattr(compiled, "_compiled", broken)
     xh, xl, yh, yl = _operands("random", torch.float32, (200, 200), seed=3)
     with torch.no_grad(), pytest.warns(RuntimeWarning, match="no compiler"):
         got = arith.dw_plus_dw(xh, xl, yh, yl)

@@ -45,7 +45,7 @@ def _check_mm(a, b, got, dtype, nc, bound):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("engine", ["int8", "native", "wide"])
+@pytest.mark.parametrize("engine", ["int8", "float", "native", "wide"])
 def test_matmul_mc_times_tensor_and_mc(dtype, engine):
     a = _mc((9, 70), dtype, 2, 1)
     b = _mc((70, 6), dtype, 1, 2).components()[0]
@@ -110,16 +110,17 @@ def test_matmul_nonfinite_follows_native():
 
 def test_int8_engine_chunked_inner_dim(monkeypatch):
     """Inner dimensions above the int32-exact chunk length are split and summed in int64."""
-    from anynum.mc import linalg
+    from anynum.mc import ozaki_int8
 
-    monkeypatch.setattr(linalg, "_INT_K", 16)
+    monkeypatch.setattr(ozaki_int8, "INT_K", 16)
     a = _mc((4, 70), torch.float32, 2, 11)
     bm = _mc((70, 3), torch.float32, 2, 12)
     _check_mm(a, bm, mc.matmul(a, bm, engine="int8"), torch.float32, 2, 2.0)
 
 
 def test_int8_engine_batched_and_default():
-    assert mc.linalg._ENGINE[0] == "int8"
+    assert mc.engine.setting() == "auto"  # unless forced, the machine decides (tests/mc/test_engines.py)
+    assert mc.engine.resolve(None, torch.device("cpu")) in ("int8", "float")
     a = _mc((2, 3, 5, 40), torch.float64, 2, 13)
     b = _mc((3, 40, 4), torch.float64, 2, 14)
     r = mc.matmul(a, b, engine="int8")
@@ -138,7 +139,7 @@ def test_int8_engine_diagonal_combination(dtype, mag):
     """The exact integer diagonal sums are combined exactly (int64 Horner groups) and rounded
     once per MC addition: the result is within a few u^2 of the exact rational sum, for
     diagonal sums up to 2**50 (few diagonals per group), with mixed signs and exponents."""
-    from anynum.mc import linalg
+    from anynum.mc import ozaki_int8
 
     g = torch.Generator().manual_seed(mag)
     levels, m, n = 9, 5, 4
@@ -147,7 +148,7 @@ def test_int8_engine_diagonal_combination(dtype, mag):
     acc[3, 1, 1] = -(2**mag)  # the extreme value
     ea = torch.randint(-20, 20, (m, 1), generator=g, dtype=torch.int32)
     eb = torch.randint(-20, 20, (1, n), generator=g, dtype=torch.int32)
-    got = exact(linalg._combine_diagonals(acc, ea, eb, 2, dtype))
+    got = exact(ozaki_int8.combine_diagonals(acc, ea, eb, 2, dtype))
     unit = Fraction(1, 2 ** (2 * PREC[dtype]))
     for i in range(m):
         for j in range(n):

@@ -81,3 +81,74 @@ def test_two_process_ddp_matches_single_process(tmp_path, rounding):
         opt.step()
     for a, b in zip(r0["params"], m.parameters()):
         torch.testing.assert_close(a, b.detach(), rtol=0, atol=2e-3)
+
+
+def _resume_worker(rank: int, port: int, out: str, with_module: bool) -> None:
+    """Uninterrupted: 4 steps, rank 0 checkpoints after step 2. Resumed: a DDP model, hook and
+    optimizer built anew on every rank load rank 0's checkpoint and run steps 2-3. Tiny buckets,
+    so DDP packs gradients differently in the first iteration of each model."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    timeout = __import__("datetime").timedelta(seconds=60)
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timeout)
+    x, y = data()
+    xs, ys = x[rank * 16 : (rank + 1) * 16], y[rank * 16 : (rank + 1) * 16]
+
+    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+        ddp = nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.0002)
+        hook = quantized_comm_hook("e5m2", "sr", seed=7, module=ddp if with_module else None)
+        ddp.register_comm_hook(*hook)
+        return ddp, torch.optim.SGD(ddp.parameters(), lr=0.1)
+
+    def steps(ddp: nn.Module, opt: torch.optim.Optimizer, n: int) -> None:
+        for _ in range(n):
+            opt.zero_grad()
+            nn.functional.mse_loss(ddp(xs), ys).backward()
+            opt.step()
+
+    try:
+        ddp, opt = build()
+        steps(ddp, opt, 2)
+        if rank == 0:
+            torch.save({"model": ddp.module.state_dict(), "opt": opt.state_dict()}, f"{out}.ck")
+        dist.barrier()
+        steps(ddp, opt, 2)
+        want = [p.detach().clone() for p in ddp.parameters()]
+        torch.manual_seed(100 + rank)
+        fresh, fopt = build()
+        ck = torch.load(f"{out}.ck", weights_only=True)
+        fresh.module.load_state_dict(ck["model"])
+        fopt.load_state_dict(ck["opt"])
+        steps(fresh, fopt, 2)
+        got = [p.detach().clone() for p in fresh.parameters()]
+        torch.save({"want": want, "got": got, "keys": list(ck["model"])}, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("with_module", [True, False])
+def test_two_process_ddp_resumes_bit_identically(tmp_path, with_module):
+    """With module= the checkpoint carries the hook's stream position and the resumed run is the
+    uninterrupted one on every rank; without it (the control) the streams restart and it is not."""
+    out = str(tmp_path / "result")
+    mp.start_processes(
+        _resume_worker, args=(_free_port(), out, with_module), nprocs=2, join=True, start_method="spawn"
+    )
+    for rank in range(2):
+        r = torch.load(f"{out}.{rank}")
+        assert ("_anynum_rng.comm.calls" in r["keys"]) is with_module
+        same = all(torch.equal(a, b) for a, b in zip(r["want"], r["got"]))
+        assert same is with_module
+
+
+def test_comm_hook_bad_arguments():
+    with pytest.raises(an.AnynumError, match="module="):
+        quantized_comm_hook("bf16", "sr", module=42)
+    with pytest.raises(an.AnynumError, match="seed"):
+        quantized_comm_hook("bf16", "sr", seed="7")
+    with pytest.raises(an.AnynumError, match="unknown rounding"):
+        quantized_comm_hook("bf16", "fast")
+    m = nn.Linear(2, 2)
+    quantized_comm_hook("bf16", "sr", module=m)
+    with pytest.raises(an.AnynumError, match="already carries"):
+        quantized_comm_hook("bf16", "sr", module=m)

@@ -26,7 +26,7 @@ import torch
 
 from anynum.errors import InputError
 
-__all__ = ["DATASETS", "DATASET_VERSION", "Dataset", "load_dataset"]
+__all__ = ["DATASETS", "DATASET_VERSION", "Dataset", "load_dataset", "split"]
 
 #: Bumped whenever a data set's contents change (part of every trial id).
 DATASET_VERSION = 1
@@ -64,7 +64,12 @@ class Dataset:
         return "accuracy" if self.task == "classification" else "r2"
 
 
-def _split(x: torch.Tensor, y: torch.Tensor, test_fraction: float = 0.25) -> tuple[torch.Tensor, ...]:
+def split(x: torch.Tensor, y: torch.Tensor, test_fraction: float = 0.25) -> tuple[torch.Tensor, ...]:
+    """(x_train, y_train, x_test, y_test): a fixed shuffle (seed 0), the first `test_fraction` for testing.
+
+    >>> [t.tolist() for t in split(torch.arange(4.0), torch.arange(4))][1:]
+    [[1, 3, 2], [0.0], [0]]
+    """
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
     x, y = x[perm], y[perm]
     n_test = round(len(y) * test_fraction)
@@ -113,7 +118,7 @@ def load_dataset(name: str) -> Dataset:
     if name == "sequence":
         x, y = _sequence()
         task, n_out, seq = "classification", 4, (24, 1)
-        xtr, ytr, xte, yte = _split(x, y)
+        xtr, ytr, xte, yte = split(x, y)
         return Dataset(name, task, xtr, ytr, xte, yte, n_out, None, seq)
     _sklearn()
     from sklearn import datasets as skd
@@ -122,7 +127,7 @@ def load_dataset(name: str) -> Dataset:
         d = skd.load_digits()
         x = torch.tensor(d.data, dtype=torch.float32) / 16.0
         y = torch.tensor(d.target, dtype=torch.int64)
-        xtr, ytr, xte, yte = _split(x, y)
+        xtr, ytr, xte, yte = split(x, y)
         return Dataset(name, "classification", xtr, ytr, xte, yte, 10, (1, 8, 8), (8, 8))
     if name == "breast_cancer":
         d = skd.load_breast_cancer()
@@ -140,6 +145,6 @@ def load_dataset(name: str) -> Dataset:
         x, y = torch.tensor(xa, dtype=torch.float32), torch.tensor(ya, dtype=torch.float32)
         y = (y - y.mean()) / y.std()
         task, n_out = "regression", 1
-    xtr, ytr, xte, yte = _split(x, y)
+    xtr, ytr, xte, yte = split(x, y)
     xtr, xte = _standardize(xtr, xte)
     return Dataset(name, task, xtr, ytr, xte, yte, n_out, image, seq)

@@ -102,6 +102,10 @@ def build_model(model: str, data: Dataset) -> nn.Module:
     """
     if model not in MODELS:
         raise InputError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}.")
+    if not isinstance(data, Dataset):
+        raise InputError(
+            f"build_model needs an anynum Dataset (load_dataset(name)), got {type(data).__name__}."
+        )
     if not compatible(model, data):
         raise InputError(f"model {model!r} cannot read dataset {data.name!r} (no image/sequence shape).")
     if model == "mlp":

@@ -14,9 +14,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from anynum.errors import InputError
+from anynum.experiments.outdir import write_atomic
 from anynum.rounding import Rounding
 
-__all__ = ["ROUNDING_LABELS", "pivot", "render_table", "table_text", "write_csv", "write_heatmap"]
+__all__ = [
+    "ROUNDING_LABELS", "check_rows", "pivot", "render_table", "table_text", "write_csv", "write_heatmap"
+]
 
 #: Column headings, in the order columns appear.
 ROUNDING_LABELS = {
@@ -38,6 +42,19 @@ CSV_COLUMNS = (
 )
 
 
+_ROW_KEYS = ("mode", "dataset", "model", "metric", "format", "rounding", "score")
+
+
+def check_rows(rows: Any) -> None:
+    """InputError unless `rows` is a list of result rows (dicts with the keys a report reads)."""
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
+        raise InputError(f"a report takes a list of result rows (dicts), got {type(rows).__name__}.")
+    for r in rows:
+        missing = [k for k in _ROW_KEYS if k not in r]
+        if missing:
+            raise InputError(f"a result row lacks {missing}: {str(r)[:80]}")
+
+
 def pivot(rows: Sequence[dict[str, Any]]) -> dict[Block, dict[str, dict[str, float | None]]]:
     """``{(mode, dataset, model, metric): {format: {rounding: score}}}`` in first-seen order.
 
@@ -46,6 +63,7 @@ def pivot(rows: Sequence[dict[str, Any]]) -> dict[Block, dict[str, dict[str, flo
     >>> pivot(rows)
     {('ptq', 'd', 'm', 'accuracy'): {'e2m1': {'rz': 50.0}}}
     """
+    check_rows(rows)
     out: dict[Block, dict[str, dict[str, float | None]]] = {}
     for r in rows:
         block = (r["mode"], r["dataset"], r["model"], r["metric"])
@@ -68,6 +86,7 @@ def _average(values: list[float | None]) -> float | None:
 
 
 def _table_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[list[str]]]]:
+    check_rows(rows)
     cols = _columns(rows)
     blocks = []
     for (mode, dataset, model, metric), fmts in pivot(rows).items():
@@ -135,14 +154,14 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> N
     ...     print((pathlib.Path(d) / "r.csv").read_text().splitlines()[1])
     t,ptq,d,m,e2m1,rz,accuracy,50.0,90.0,-40.0,0,0.1
     """
+    check_rows(rows)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
         s, b = r.get("score"), r.get("baseline_score")
         w.writerow({**r, "delta": None if s is None or b is None else round(s - b, 6)})
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write(buf.getvalue())
+    write_atomic(path, buf.getvalue())
 
 
 _SHORT = {"nearest": "RN", "rna": "RNA", "rnz": "RNZ", "ru": "RU", "rd": "RD", "rz": "RZ", "ro": "RO",
@@ -203,5 +222,7 @@ def write_heatmap(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) 
         ax.axis("off")
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="score (%)")
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    write_atomic(path, png.getvalue())

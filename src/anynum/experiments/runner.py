@@ -3,7 +3,9 @@
 `run_study` is what ``anynum study`` calls. Results go to ``OUT/results.jsonl``,
 one JSON row per finished trial, appended as trials finish (never rewritten);
 a rerun skips every trial id already there, so an interrupted study resumes
-and a finished one only reprints its report. Executors: in process
+and a finished one only reprints its report. Several processes may share an
+output directory: per-trial claims make each trial run once
+(`anynum.experiments.outdir`). Executors: in process
 (``jobs=1``), a process pool (``jobs>1``) or a Dask distributed cluster
 (``dask_scheduler="local"`` starts a LocalCluster). Trials are pure functions
 of their config, so every executor and every shard split gives the same rows.
@@ -24,6 +26,7 @@ from typing import Any
 from anynum.errors import AnynumError, FormatError, InputError
 from anynum.experiments.datasets import DATASETS, load_dataset
 from anynum.experiments.models import MODELS, compatible
+from anynum.experiments.outdir import TrialClaims, append_line
 from anynum.experiments.trials import TrialConfig, run_trial, train_baseline
 from anynum.formats.registry import format as lookup_format
 
@@ -124,6 +127,15 @@ def expand_grid(spec: StudySpec) -> list[TrialConfig]:
     ...                           roundings=["nearest", "sr"], qat_pairs=[])))
     4
     """
+    if not isinstance(spec, StudySpec):
+        raise InputError(f"expand_grid takes a StudySpec, got {type(spec).__name__}.")
+    for label in ("formats", "roundings", "qat_formats", "qat_roundings", "ptq_pairs", "qat_pairs"):
+        value = getattr(spec, label)
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise InputError(f"StudySpec {label} must be a list, got {value!r} (write [{value!r}] for one).")
+    for pair in [*spec.ptq_pairs, *spec.qat_pairs]:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            raise InputError(f"StudySpec pairs are (dataset, model) tuples, got {pair!r}.")
     for name in [*spec.formats, *spec.qat_formats]:
         lookup_format(name)
     out: list[TrialConfig] = []
@@ -153,6 +165,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     ...
     anynum.errors.InputError: malformed --shard '4/4': expected i/n with 0 <= i < n, e.g. 0/4.
     """
+    if not isinstance(text, str):
+        raise InputError(f"--shard takes 'i/n' as text, e.g. '0/4'; got {text!r}.")
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if not m or not int(m.group(1)) < int(m.group(2)):
         raise InputError(f"malformed --shard {text!r}: expected i/n with 0 <= i < n, e.g. 0/4.")
@@ -166,6 +180,8 @@ def read_results(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     {}
     """
     rows: dict[str, dict[str, Any]] = {}
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"read_results takes a path, got {type(path).__name__}.")
     p = Path(path)
     if not p.exists():
         return rows
@@ -290,6 +306,8 @@ class _Progress:
 def _label(row: dict[str, Any]) -> str:
     score = row.get("score")
     s = "nan" if score is None else f"{score:.2f}"
+    if "label" in row:  # rows of other studies (anynum faults) say what they are
+        return f"{row['label']}: {s}"
     return f"{row['mode']} {row['dataset']}/{row['model']} {row['format']} {row['rounding']}: {s}"
 
 
@@ -311,21 +329,74 @@ def _connect_dask(address: str, jobs: int) -> tuple[Any, Any]:
         raise AnynumError(f"cannot reach the Dask scheduler at {address!r}: {exc}") from None
 
 
+def _run_claimed(
+    mine: list[Any],
+    results_path: Path,
+    cache_dir: str,
+    claims: TrialClaims,
+    jobs: int,
+    client: Any,
+    prog: _Progress,
+    trial_task: Callable[[dict[str, Any], str], dict[str, Any]],
+    baseline_task: Callable[[dict[str, Any], str], Any],
+) -> tuple[dict[str, dict[str, Any]], list[Any], list[str]]:
+    """Run the claimed trials: (new rows by id, trials that failed, failure messages)."""
+    failures: list[str] = []
+    failed: list[Any] = []
+    # Phase 1: one fp32 baseline per (dataset, model, schedule, seed), trained in parallel.
+    baselines = {t.baseline_id: t for t in mine}
+    if baselines:
+        prog.note(f"training {len(baselines)} fp32 baseline(s)")
+        args = [(t.as_dict(), cache_dir) for t in baselines.values()]
+        for _, _, exc in _execute(baseline_task, args, jobs, client):
+            if exc is not None:
+                failures.append(f"baseline: {exc}")
+    # Phase 2: the trials; each row is appended the moment it arrives, then its claim released.
+    new_rows: dict[str, dict[str, Any]] = {}
+    args = [(t.as_dict(), cache_dir) for t in mine]
+    for i, row, exc in _execute(trial_task, args, jobs, client):
+        t = mine[i]
+        if exc is not None:
+            what = getattr(t, "label", None) or f"{t.mode} {t.dataset}/{t.model} {t.format} {t.rounding}"
+            failures.append(f"{what}: {exc}")
+            failed.append(t)
+            prog.note(f"FAILED {what}: {exc}")
+            prog.step(f"{getattr(t, 'label', None) or f'{t.format} {t.rounding}'} failed")
+        else:
+            append_line(results_path, row)
+            new_rows[row["trial_id"]] = row
+            prog.step(_label(row))
+        claims.release(t.trial_id)
+    return new_rows, failed, failures
+
+
 def run_study(
-    trials: StudySpec | Sequence[TrialConfig],
+    trials: StudySpec | Sequence[Any],
     out_dir: str | os.PathLike[str] = "anynum-results",
     *,
     jobs: int = 1,
     shard: tuple[int, int] | None = None,
     dask_scheduler: str | None = None,
     progress: str = "auto",
+    trial_task: Callable[[dict[str, Any], str], dict[str, Any]] = _trial_task,
+    baseline_task: Callable[[dict[str, Any], str], Any] = _baseline_task,
 ) -> StudyResult:
     """Run every unfinished trial of a grid, appending rows to ``out_dir/results.jsonl``.
+
+    Other studies reuse this runner with their own trials (objects with
+    ``trial_id``, ``baseline_id`` and ``as_dict()``) and module-level
+    ``trial_task(config_dict, cache_dir) -> row`` and ``baseline_task`` functions
+    (picklable, for the process pool); a row may carry a ``label`` for the progress line.
 
     `progress`: ``"bar"`` (tqdm), ``"log"`` (one line per trial on stderr),
     ``"none"``, or ``"auto"`` (a bar when stdout is a terminal, else log lines).
     Failed trials are not recorded (a rerun retries them); their messages are
     in ``StudyResult.failures``.
+
+    Several processes may share `out_dir` (shards, or the same study started twice):
+    each trial runs once, in the process that claims it first; the others wait for
+    its row and report it (`anynum.experiments.outdir`). A study killed at any
+    moment, SIGKILL included, resumes to the same rows.
 
     >>> import tempfile
     >>> spec = StudySpec(ptq_pairs=[("sequence", "mlp")], formats=["e2m1"], roundings=["rz"],
@@ -337,12 +408,26 @@ def run_study(
     (1, 0, 1)
     """
     start = time.perf_counter()
-    grid = expand_grid(trials) if isinstance(trials, StudySpec) else list(trials)
+    if isinstance(trials, StudySpec):
+        grid = expand_grid(trials)
+    elif isinstance(trials, (list, tuple)) and all(isinstance(t, TrialConfig) for t in trials):
+        grid = list(trials)
+    else:
+        raise InputError(
+            f"run_study takes a StudySpec or a list of TrialConfig, got {type(trials).__name__}."
+        )
     if shard is not None:
+        ok = isinstance(shard, tuple) and len(shard) == 2 and all(type(v) is int for v in shard)
+        if not ok or not 0 <= shard[0] < shard[1]:
+            raise InputError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}.")
         i, n = shard
         grid = grid[i::n]
-    if jobs < 1:
-        raise InputError(f"--jobs must be at least 1, got {jobs}.")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InputError(f"--jobs must be an integer of at least 1, got {jobs!r}.")
+    if progress not in ("auto", "bar", "log", "none"):
+        raise InputError(f"progress must be 'auto', 'bar', 'log' or 'none', got {progress!r}.")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise InputError(f"out_dir must be a path, got {type(out_dir).__name__}.")
     out = Path(out_dir)
     _check_writable(out)
     results_path = out / RESULTS_FILE
@@ -355,41 +440,47 @@ def run_study(
     if len(grid) > len(pending):
         prog.note(f"resuming: {len(grid) - len(pending)} of {len(grid)} trials already in {results_path}")
     failures: list[str] = []
+    failed: set[str] = set()
+    new_rows: dict[str, dict[str, Any]] = {}
+    claims = TrialClaims(out)
     client = cluster = None
     try:
-        if pending and dask_scheduler is not None:
-            client, cluster = _connect_dask(dask_scheduler, jobs)
-        # Phase 1: one fp32 baseline per (dataset, model, schedule, seed), trained in parallel.
-        baselines = {t.baseline_id: t for t in pending}
-        if baselines:
-            prog.note(f"training {len(baselines)} fp32 baseline(s)")
-            args = [(t.as_dict(), cache_dir) for t in baselines.values()]
-            for _, _, exc in _execute(_baseline_task, args, jobs, client):
-                if exc is not None:
-                    failures.append(f"baseline: {exc}")
-        # Phase 2: the trials; each row is appended the moment it arrives.
-        new_rows: dict[str, dict[str, Any]] = {}
-        with results_path.open("a", encoding="utf-8") as fh:
-            args = [(t.as_dict(), cache_dir) for t in pending]
-            for i, row, exc in _execute(_trial_task, args, jobs, client):
-                t = pending[i]
-                if exc is not None:
-                    msg = f"{t.mode} {t.dataset}/{t.model} {t.format} {t.rounding}: {exc}"
-                    failures.append(msg)
-                    prog.note(f"FAILED {msg}")
-                    prog.step(f"{t.format} {t.rounding} failed")
-                    continue
-                fh.write(json.dumps(row, sort_keys=True) + "\n")
-                fh.flush()
-                new_rows[row["trial_id"]] = row
-                prog.step(_label(row))
+        while pending:
+            mine = [t for t in pending if claims.try_claim(t.trial_id)]
+            done = read_results(results_path)  # rows another process finished before our claim
+            for t in mine:
+                if t.trial_id in done:
+                    claims.release(t.trial_id)
+            mine = [t for t in mine if t.trial_id not in done]
+            if mine:
+                if dask_scheduler is not None and client is None:
+                    client, cluster = _connect_dask(dask_scheduler, jobs)
+                got, bad, msgs = _run_claimed(
+                    mine, results_path, cache_dir, claims, jobs, client, prog, trial_task, baseline_task
+                )
+                new_rows.update(got)
+                failed.update(t.trial_id for t in bad)
+                failures += msgs
+            busy = [t for t in pending if t not in mine and t.trial_id not in done]
+            if busy:
+                holders = sorted({claims.holder(t.trial_id) for t in busy} - {""})
+                prog.note(
+                    f"waiting for {len(busy)} trial(s) that another study process is running "
+                    f"({', '.join(holders) or 'it just finished'}; pid on host)"
+                )
+                for t in busy:
+                    claims.wait(t.trial_id)
+            done = {**read_results(results_path), **new_rows}
+            # What is still missing failed elsewhere (or its process died): ours to retry,
+            # unless it failed here already.
+            pending = [t for t in grid if t.trial_id not in done and t.trial_id not in failed]
     finally:
+        claims.release_all()
         prog.close()
         if client is not None:
             client.close()
         if cluster is not None:
             cluster.close()
-    done.update(new_rows)
     rows = [done[t.trial_id] for t in grid if t.trial_id in done]
-    return StudyResult(rows, len(new_rows), len(grid) - len(pending), failures, out,
+    return StudyResult(rows, len(new_rows), len(rows) - len(new_rows), failures, out,
                        time.perf_counter() - start)

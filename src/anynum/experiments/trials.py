@@ -7,7 +7,7 @@ A trial trains (or loads from the on-disk cache) the fp32 baseline of its
   the format with the rounding mode (`anynum.nn.post_quantize`) and evaluates, or
 * ``qat``: trains from the same initialisation with weights, activations, errors,
   gradients and momentum in the format (fp32 master weights, dynamic loss scaling)
-  and evaluates.
+  and evaluates; it checkpoints every epoch and resumes bit-identically.
 
 Everything is seeded and runs on one CPU thread with the eager kernels, so the
 same config gives bit-identical scores in any process, on any executor. The
@@ -17,7 +17,6 @@ its name, so aliases share results).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import functools
@@ -28,7 +27,6 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +36,9 @@ import torch
 from torch import nn
 
 from anynum.errors import InputError
-from anynum.experiments.datasets import DATASET_VERSION, Dataset, load_dataset
-from anynum.experiments.models import build_model
+from anynum.experiments.datasets import DATASET_VERSION, DATASETS, Dataset, load_dataset
+from anynum.experiments.models import MODELS, build_model
+from anynum.experiments.training import evaluate, loss_function, sgd, trial_environment
 from anynum.formats.base import Format
 from anynum.formats.registry import format as lookup_format
 from anynum.rounding import parse_rounding
@@ -48,7 +47,7 @@ __all__ = [
     "DEFAULT_LR",
     "TRIAL_VERSION",
     "TrialConfig",
-    "evaluate",
+    "digest",
     "format_spec",
     "run_trial",
     "train_baseline",
@@ -84,7 +83,8 @@ def format_spec(fmt: Format | str) -> dict[str, Any]:
     return {"family": type(f).__name__, **fields}
 
 
-def _digest(obj: Any) -> str:
+def digest(obj: Any) -> str:
+    """A short stable hash of a JSON-able object (trial and baseline ids)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -115,10 +115,26 @@ class TrialConfig:
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
             raise InputError(f"unknown trial mode {self.mode!r}; expected 'ptq' or 'qat'.")
+        if self.dataset not in DATASETS:
+            raise InputError(f"unknown dataset {self.dataset!r}; expected one of {', '.join(DATASETS)}.")
+        if self.model not in MODELS:
+            raise InputError(f"unknown model {self.model!r}; expected one of {', '.join(MODELS)}.")
+        if not isinstance(self.format, str):
+            raise InputError(f"a trial's format is a name (e.g. 'e4m3fn'), got {self.format!r}.")
         object.__setattr__(self, "rounding", parse_rounding(self.rounding).value)
         lookup_format(self.format)  # fail early on an unknown name
+        for label in ("epochs", "batch", "seed"):
+            v = getattr(self, label)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise InputError(f"a trial's {label} must be an integer, got {v!r}.")
         if self.epochs < 1 or self.batch < 1:
             raise InputError(f"epochs and batch must be positive, got {self.epochs} and {self.batch}.")
+        lr = self.lr
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0
+                               or not math.isfinite(lr)):
+            raise InputError(
+                f"a trial's lr must be a positive number or None (the model's default), got {lr!r}."
+            )
 
     @property
     def learning_rate(self) -> float:
@@ -137,10 +153,20 @@ class TrialConfig:
         >>> TrialConfig.from_dict(c.as_dict()) == c
         True
         """
+        if not isinstance(d, dict):
+            raise InputError(
+                f"a trial config is a TrialConfig or a dict of its fields, got {type(d).__name__}."
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         extra = set(d) - names
         if extra:
             raise InputError(f"unknown trial config keys {sorted(extra)}.")
+        missing = [n for n in ("mode", "dataset", "model", "format") if n not in d]
+        if missing:
+            raise InputError(
+                f"a trial config needs the keys mode, dataset, model and format; got {sorted(d)}, "
+                f"without {missing}."
+            )
         return cls(**d)
 
     def baseline_key(self) -> dict[str, Any]:
@@ -159,66 +185,58 @@ class TrialConfig:
     @property
     def baseline_id(self) -> str:
         """Hash of `baseline_key` (file name of the cached baseline)."""
-        return _digest(self.baseline_key())
+        return digest(self.baseline_key())
 
     @property
     def trial_id(self) -> str:
         """Hash of everything that determines the result (format by parameters, not name)."""
         key = {**self.baseline_key(), "mode": self.mode, "format": format_spec(self.format)}
         key["rounding"] = self.rounding
-        return _digest(key)
+        return digest(key)
 
 
-@contextlib.contextmanager
-def _trial_environment() -> Iterator[None]:
-    """One thread and eager kernels (deterministic, no compile latency); restored afterwards."""
-    threads = torch.get_num_threads()
-    compile_env = os.environ.get("ANYNUM_COMPILE")
-    torch.set_num_threads(1)
-    os.environ["ANYNUM_COMPILE"] = "0"
+def _load_checkpoint(path: Path | None, trial_id: str) -> dict[str, Any] | None:
+    """The saved epoch state of trial `trial_id`, or None (absent, torn, foreign or from another version)."""
+    if path is None or not path.exists():
+        return None
     try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        if compile_env is None:
-            os.environ.pop("ANYNUM_COMPILE", None)
-        else:
-            os.environ["ANYNUM_COMPILE"] = compile_env
+        saved = torch.load(path, weights_only=True)  # never executes the file's content
+    except Exception:  # a torn file (killed mid-write cannot happen: os.replace) or a foreign one
+        return None
+    if not isinstance(saved, dict):
+        return None
+    if saved.get("trial_id") != trial_id or saved.get("version") != TRIAL_VERSION:
+        return None
+    return saved
 
 
-def evaluate(model: nn.Module, data: Dataset) -> float:
-    """Test-set score in percent: accuracy (classification) or R^2 (regression); NaN if non-finite.
+def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write atomically: a reader sees the previous checkpoint or this one, never a torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
-    >>> from anynum.experiments.models import build_model
-    >>> d = load_dataset("sequence")
-    >>> _ = torch.manual_seed(0)
-    >>> 0.0 <= evaluate(build_model("mlp", d), d) <= 100.0
-    True
+
+def _fit(
+    model: nn.Module,
+    data: Dataset,
+    cfg: TrialConfig,
+    fmt: Format | None,
+    checkpoint: Path | None = None,
+) -> int:
+    """Train `model` per `cfg` (quantized when `fmt` is given); returns the epoch it started from.
+
+    With `checkpoint`, the state after each epoch (model, optimizer with its random
+    streams, data order) is saved there, and a later call resumes from it: the result is
+    bit-identical to an uninterrupted run.
     """
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        out = model(data.x_test)
-    model.train(was_training)
-    if data.task == "classification":
-        score = (out.argmax(1) == data.y_test).double().mean().item()
-    else:
-        pred = out.reshape(-1).double()
-        y = data.y_test.double()
-        sse = ((pred - y) ** 2).sum().item()
-        sst = ((y - y.mean()) ** 2).sum().item()
-        score = 1.0 - sse / sst
-    return 100.0 * score if math.isfinite(score) else math.nan
-
-
-def _fit(model: nn.Module, data: Dataset, cfg: TrialConfig, fmt: Format | None) -> None:
     from anynum.optim import QuantizedOptimizer
 
-    inner = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=0.9)
-    opt = None
+    opt: Any = sgd(model, cfg.learning_rate)
     if fmt is not None:
         opt = QuantizedOptimizer(
-            inner,
+            opt,
             weight=fmt,
             grad=fmt,
             momentum=fmt,
@@ -227,26 +245,40 @@ def _fit(model: nn.Module, data: Dataset, cfg: TrialConfig, fmt: Format | None) 
             grad_scale="dynamic",
             seed=cfg.seed,
         )
-    loss_fn: Any = nn.functional.cross_entropy if data.task == "classification" else _mse
+    loss_fn = loss_function(data)
+    # the order generator of `batches`, one permutation per epoch, so a resumed run sees
+    # exactly the batches an uninterrupted `fit` would
     g = torch.Generator().manual_seed(cfg.seed + 1)
     x, y = data.x_train, data.y_train
-    for _ in range(cfg.epochs):
+    start = 0
+    saved = _load_checkpoint(checkpoint, cfg.trial_id)
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        g.set_state(saved["order"])
+        start = int(saved["epoch"])
+    scaled = hasattr(opt, "scale_loss")
+    for epoch in range(start, cfg.epochs):
+        if checkpoint is not None and epoch > start:
+            _save_checkpoint(
+                checkpoint,
+                {
+                    "trial_id": cfg.trial_id,
+                    "version": TRIAL_VERSION,
+                    "epoch": epoch,
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "order": g.get_state(),
+                },
+            )
         perm = torch.randperm(len(y), generator=g)
         for i in range(0, len(y), cfg.batch):
             idx = perm[i : i + cfg.batch]
             loss = loss_fn(model(x[idx]), y[idx])
-            if opt is None:
-                inner.zero_grad()
-                loss.backward()
-                inner.step()
-            else:
-                opt.zero_grad()
-                opt.scale_loss(loss).backward()
-                opt.step()
-
-
-def _mse(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return nn.functional.mse_loss(out.reshape(-1), y)
+            opt.zero_grad()
+            (opt.scale_loss(loss) if scaled else loss).backward()
+            opt.step()
+    return start
 
 
 @functools.lru_cache(maxsize=16)
@@ -285,12 +317,25 @@ def train_baseline(
     >>> score > 30.0
     True
     """
-    with _trial_environment():
+    if not isinstance(cfg, TrialConfig):
+        raise InputError(f"train_baseline needs a TrialConfig, got {type(cfg).__name__}.")
+    with trial_environment():
         key_json = json.dumps(cfg.baseline_key(), sort_keys=True)
         state, score = _baseline_cached(key_json, None if cache_dir is None else str(cache_dir))
         model = build_model(cfg.model, load_dataset(cfg.dataset))
         model.load_state_dict(copy.deepcopy(state))
     return model, score
+
+
+def _state_digest(model: nn.Module) -> str:
+    """SHA-256 of every parameter and buffer's bytes, in state_dict order (bit-exact fingerprint)."""
+    h = hashlib.sha256()
+    for key, value in model.state_dict().items():
+        if "_anynum_rng" in key:
+            continue  # the streams' positions are not the model
+        h.update(key.encode())
+        h.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def _versions() -> dict[str, str]:
@@ -314,8 +359,15 @@ def run_trial(
     """Run one trial; returns its JSON-ready result row.
 
     The row holds the trial id, the config, the format's full spec, the score
-    and the fp32 baseline's score (both in percent), the seed, the library
-    versions, the device and the wall time.
+    and the fp32 baseline's score (both in percent), the seed, the SHA-256 of the
+    final model's parameters and buffers (``model_sha256``: equal rows are equal
+    bit for bit), the library versions, the device and the wall time.
+
+    A QAT trial with a `cache_dir` saves its state after every epoch in
+    ``cache_dir/qat/<trial id>.pt`` (model, optimizer and random streams, data
+    order; written atomically, read with ``weights_only=True``). Interrupted, even
+    by SIGKILL, it resumes from there (``resumed_at_epoch`` says where) and ends
+    bit-identical to an uninterrupted run; the file is removed when the trial ends.
 
     >>> row = run_trial(TrialConfig("ptq", "sequence", "mlp", "e2m1", "rz", epochs=1))
     >>> row["metric"], row["score"] <= row["baseline_score"] + 5, row["format_spec"]["family"]
@@ -323,10 +375,12 @@ def run_trial(
     """
     cfg = config if isinstance(config, TrialConfig) else TrialConfig.from_dict(config)
     start = time.perf_counter()
+    ck: Path | None = None
+    resumed = 0
     fmt = lookup_format(cfg.format)
     data = load_dataset(cfg.dataset)
     baseline, base_score = train_baseline(cfg, cache_dir)
-    with _trial_environment():
+    with trial_environment():
         import anynum.nn as ann
 
         policy = ann.Policy(weight=fmt, activation=fmt, rounding=cfg.rounding, seed=cfg.seed)
@@ -336,8 +390,12 @@ def run_trial(
             torch.manual_seed(cfg.seed)
             model = build_model(cfg.model, data)
             model = ann.convert(model, policy.replace(error=fmt))
-            _fit(model, data, cfg, fmt)
+            ck = Path(cache_dir) / "qat" / f"{cfg.trial_id}.pt" if cache_dir is not None else None
+            resumed = _fit(model, data, cfg, fmt, ck)
         score = evaluate(model, data)
+        digest = _state_digest(model)
+    if cfg.mode == "qat" and ck is not None:
+        ck.unlink(missing_ok=True)  # done: a rerun of this trial starts over (and gives this row)
     return {
         "trial_id": cfg.trial_id,
         "baseline_id": cfg.baseline_id,
@@ -350,6 +408,8 @@ def run_trial(
         "score": None if math.isnan(score) else score,
         "baseline_score": None if math.isnan(base_score) else base_score,
         "seed": cfg.seed,
+        "model_sha256": digest,
+        "resumed_at_epoch": resumed,
         "config": cfg.as_dict(),
         "format_spec": format_spec(fmt),
         "format_repr": repr(fmt),

@@ -21,7 +21,17 @@ from anynum.errors import FormatError
 if TYPE_CHECKING:
     from anynum.rounding import RoundingLike
 
-__all__ = ["MAX_ENUMERABLE_BITS", "Format", "FormatInfo", "OverflowPolicy", "hook", "install_hooks"]
+__all__ = [
+    "MAX_ENUMERABLE_BITS",
+    "Format",
+    "FormatInfo",
+    "OverflowPolicy",
+    "constructor_spec",
+    "family_classes",
+    "hook",
+    "install_hooks",
+    "record_preset_name",
+]
 
 #: ``values()`` enumerates every code; beyond this width that is too many.
 MAX_ENUMERABLE_BITS = 16
@@ -32,6 +42,68 @@ OverflowPolicy = str  # "saturate" | "inf" | "nan" | "wrap" (fixed point only)
 # `.encode` and `.decode` call the front door through these hooks, which `anynum.quantize`
 # installs when anynum is imported (DESIGN.md section 7, resolution 2).
 _hooks: dict[str, Callable[..., Any]] = {}
+_FAMILIES: dict[str, type[Format]] = {}  # every concrete format class, by class name
+_PRESET_NAMES: dict[Format, str] = {}  # a preset's canonical registered name (see formats.registry)
+
+
+def family_classes() -> dict[str, type[Format]]:
+    """Every format class by name (the constructors `anynum.format` accepts in a canonical name)."""
+    return dict(_FAMILIES)
+
+
+def record_preset_name(fmt: Format, name: str) -> None:
+    """Make `name` the canonical name of `fmt` (the first registration wins)."""
+    _PRESET_NAMES.setdefault(fmt, name)
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, Format):  # a nested format: a preset by its bare name, else its constructor
+        preset = _PRESET_NAMES.get(value)
+        return preset if preset is not None and preset.isidentifier() else constructor_spec(value)
+    if isinstance(value, tuple):
+        inner = ", ".join(_literal(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, float):
+        return repr(value)  # repr round-trips every float64
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    raise FormatError(f"cannot name a format parameter of type {type(value).__name__}: {value!r}")
+
+
+def _canonical_name(fmt: Format) -> str:
+    preset = _PRESET_NAMES.get(fmt)
+    return preset if preset is not None else constructor_spec(fmt)
+
+
+# What `torch.compiler.assume_constant_result` sets (that function imports torch._dynamo, which
+# costs seconds at import): torch.compile computes a format's name while tracing, as a constant.
+_canonical_name._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def constructor_spec(fmt: Format) -> str:
+    """``ClassName(param=value, ...)``: the parameters of `fmt` that differ from their defaults.
+
+    A parameter is written when leaving it out would construct something else, so
+    ``anynum.format(constructor_spec(fmt)) == fmt`` for every format.
+    """
+    import dataclasses
+
+    cls = type(fmt)
+    fields = [f for f in dataclasses.fields(fmt) if f.name != "name" and f.init]
+    required = {
+        cls.spec_parameters.get(f.name, f.name): getattr(fmt, f.name)
+        for f in fields
+        if (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        or f.name in cls.spec_parameters
+    }
+    params = dict(required)
+    plain = cls(**required)  # what the required parameters alone build
+    optional = [(cls.spec_parameters.get(f.name, f.name), getattr(fmt, f.name), getattr(plain, f.name))
+                for f in fields if cls.spec_parameters.get(f.name, f.name) not in required]
+    params.update({param: value for param, value, default in optional if value != default})
+    if cls(**params) != fmt:  # a default that depends on another parameter (a fnuz bias): say all
+        params.update({param: value for param, value, _ in optional})
+    return f"{cls.__name__}({', '.join(f'{k}={_literal(v)}' for k, v in params.items())})"
 
 
 def install_hooks(**hooks: Callable[..., Any]) -> None:
@@ -85,6 +157,30 @@ class Format:
 
     #: Overflow policies this family understands (checked by `check_overflow`).
     overflow_policies: ClassVar[tuple[str, ...]] = ("saturate", "inf", "nan")
+    #: Constructor parameters whose dataclass field has another name (``{field: parameter}``).
+    spec_parameters: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _FAMILIES[cls.__name__] = cls
+
+    @property
+    def canonical_name(self) -> str:
+        """The one string that names this format, and that `anynum.format` turns back into it.
+
+        A preset's registered name (``"e4m3fn"``), else the constructor call with the
+        parameters that differ from a default construction (``"Posit(n=12, es=1)"``),
+        nested for Block formats. State dicts, results files and custom ops record
+        formats by it; reading it back executes nothing (a literal-only parser).
+
+        >>> import anynum as an
+        >>> an.E4M3FN.canonical_name, an.Posit(12, 1).canonical_name
+        ('e4m3fn', 'Posit(n=12, es=1)')
+        >>> fmt = an.FloatFormat(5, 2, subnormals=False)
+        >>> an.format(fmt.canonical_name) == fmt
+        True
+        """
+        return _canonical_name(self)
 
     # --- properties every family provides -------------------------------------------------
     @property

@@ -120,8 +120,16 @@ class FloatFormat(Format):
                 f"{self!r} has a smallest step of 2**{self.min_quantum_exponent()} > 1; "
                 "formats whose grid starts above 1 are not supported (raise the bias)."
             )
-        if self.max <= 0 or not math.isfinite(self.max):
+        if self._top_finite_magnitude_code() < (0 if self.zero else 1) or self.max <= 0:
+            raise FormatError(f"{self!r} has no finite positive values (its codes are all inf or NaN).")
+        if not math.isfinite(self.max):
             raise FormatError(f"{self!r} has no finite positive values.")
+        if not self.zero and self.signed and self.specials in ("fnuz", "p3109"):
+            raise FormatError(
+                f"specials={self.specials!r} puts NaN on the code 0b100..0, which zero=False would "
+                "need for -smallest: the negative grid would lose its smallest value. Use "
+                "specials='fn' or 'none', or keep zero=True."
+            )
 
     # --- layout ---------------------------------------------------------------------------
     @property
@@ -257,6 +265,8 @@ class FloatFormat(Format):
             value = torch.where(negative, -value, value)
             if self.specials in ("fnuz", "p3109"):
                 value = torch.where(codes == (1 << (self.bits - 1)), torch.nan, value)
+        if not self.has_negative_zero:  # flushed negative subnormals read as zero, which is +0 here
+            value = torch.where(value == 0, 0.0, value)
         return value
 
     def encode_kernel(self, y: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from anynum.errors import FormatError
 from anynum.formats import floating as fl
-from anynum.formats.base import Format
+from anynum.formats.base import Format, family_classes, record_preset_name
 from anynum.formats.fixed import FixedPoint, IntFormat
 
 __all__ = ["format", "list_formats", "register_family", "register_name"]
@@ -43,6 +43,7 @@ def register_name(fmt: Format, *names: str) -> None:
         _NAMES[_key(n)] = fmt
         if i == 0:
             _CANONICAL.append(n)
+            record_preset_name(fmt, n)
 
 
 def register_family(regex: str, factory: Callable[[re.Match[str]], Format], example: str) -> None:
@@ -56,9 +57,13 @@ def format(name: str | Format) -> Format:
     Presets (``"fp16"``, ``"bf16"``, ``"e4m3fn"``, ``"fp8_e5m2"``, ``"q43"``, ...)
     and families: ``"e{E}m{M}"`` with optional ``fn``/``fnuz`` suffix,
     ``"fixed(I,F)"``, ``"ufixed(I,F)"``, ``"int8"``/``"uint4"``,
-    ``"p3109(k,p)"`` (suffix ``u`` unsigned, ``f`` finite domain).
+    ``"p3109(k,p)"`` (suffix ``u`` unsigned, ``f`` finite domain). A format's
+    `canonical_name` reads back too: a preset name, or a constructor call with
+    literal arguments (``"Posit(n=12, es=1)"``), parsed without executing anything.
 
     >>> import anynum as an
+    >>> an.format("Block(element=e2m1, block_size=16)") == an.Block(an.E2M1, 16)
+    True
     >>> an.format("fp8_e4m3fn") == an.E4M3FN
     True
     >>> an.format("fixed(8,4)")
@@ -72,6 +77,8 @@ def format(name: str | Format) -> Format:
         return name
     if not isinstance(name, str):
         raise FormatError(f"a format name must be a string or Format, got {type(name).__name__}.")
+    if _CONSTRUCTOR.match(name):
+        return _from_constructor(name)
     key = _key(name)
     if key in _NAMES:
         return _NAMES[key]
@@ -85,6 +92,55 @@ def format(name: str | Format) -> Format:
     raise FormatError(
         f"unknown format {name!r}.{hint} Known presets: an.list_formats(); families: {examples}."
     )
+
+
+_CONSTRUCTOR = re.compile(r"\s*[A-Z]\w*\s*\(")
+_MAX_SPEC_CHARS = 1 << 20
+
+
+def _from_constructor(spec: str) -> Format:
+    """A format from its canonical constructor call, read as literals only: nothing is executed."""
+    import ast
+
+    if len(spec) > _MAX_SPEC_CHARS:
+        raise FormatError(f"a format name of {len(spec)} characters is too long to be one.")
+    try:
+        tree = ast.parse(spec.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise FormatError(f"cannot read the format {spec[:80]!r}: {exc.msg}.") from None
+    classes = family_classes()
+
+    def value(node: ast.AST) -> object:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            inner = value(node.operand)
+            if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+                return -inner
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(value(e) for e in node.elts)
+        if isinstance(node, ast.Name) and node.id in ("inf", "nan"):
+            return float(node.id)
+        if isinstance(node, ast.Name) and _key(node.id) in _NAMES:  # a nested preset, by name
+            return _NAMES[_key(node.id)]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes:
+            args = [value(a) for a in node.args]
+            kwargs = {k.arg: value(k.value) for k in node.keywords if k.arg is not None}
+            if len(kwargs) != len(node.keywords):
+                raise FormatError(f"cannot read the format {spec[:80]!r}: ** arguments are not allowed.")
+            try:
+                return classes[node.func.id](*args, **kwargs)  # type: ignore[arg-type]
+            except TypeError as exc:
+                raise FormatError(f"cannot build {node.func.id} from {spec[:80]!r}: {exc}.") from None
+        raise FormatError(
+            f"cannot read the format {spec[:80]!r}: only format constructors "
+            f"({', '.join(sorted(classes))}) with literal arguments are allowed."
+        )
+
+    fmt = value(tree)
+    if not isinstance(fmt, Format):
+        raise FormatError(f"{spec[:80]!r} does not name a format.")
+    return fmt
 
 
 def list_formats() -> list[str]:

@@ -10,7 +10,8 @@ is the value's index. Rounding finds the two neighbours of x with
   exponent bits are cut). At an exact tie ``"nearest"`` follows the table's
   ``ties`` policy, ``"rna"`` takes the larger magnitude and ``"rnz"`` the smaller;
 * directed modes follow the value order ("rz" takes the neighbour on the side
-  of zero: the lower one for x > 0, the upper one for x < 0);
+  of zero: the lower one for x > 0, the upper one for x < 0; across a gap that
+  straddles zero, the one of x's sign);
 * ODD takes the neighbour of odd *rank* (see below);
 * STOCHASTIC goes to hi with probability (x - lo) / (hi - lo), linear in the
   value, so E[SR(x)] = x (the ratio is computed in float64, within 2**-53, then
@@ -32,11 +33,8 @@ number of negative entries. See docs/posits.md.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
-from decimal import Decimal, localcontext
-from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -44,6 +42,14 @@ import torch
 
 from anynum.errors import FormatError, RepresentabilityError
 from anynum.formats.base import Format, hook
+from anynum.formats.tablegrid import (
+    TableLookup,
+    check_boundaries,
+    exp2_fractions,
+    midpoint_floor,
+    normalise_values,
+    posit_boundaries,
+)
 
 __all__ = ["TIE_POLICIES", "Table", "TableLookup"]
 
@@ -51,66 +57,6 @@ __all__ = ["TIE_POLICIES", "Table", "TableLookup"]
 TIE_POLICIES = ("smaller_magnitude", "away", "even", "down", "up")
 _TIE_ALIASES = {"even_index": "even", "larger_magnitude": "away", "toward_zero": "smaller_magnitude"}
 _UNDERFLOW = ("zero", "saturate")
-
-
-def _normalise_values(values: Any) -> np.ndarray:
-    """Sorted, distinct, finite float64 (with -0.0 read as 0.0) or a FormatError."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().to(torch.float64).numpy()
-    try:
-        arr = np.asarray(values)
-    except Exception as exc:  # ragged nested lists and the like
-        raise FormatError(f"Table values must be a 1-D sequence of real numbers: {exc}") from None
-    if arr.dtype == object or arr.dtype.kind not in "iuf":
-        raise FormatError(
-            f"Table values must be real numbers (int or float), got an array of dtype {arr.dtype}."
-        )
-    if arr.ndim != 1:
-        raise FormatError(f"Table values must be a 1-D sequence, got an array of shape {arr.shape}.")
-    if arr.size == 0:
-        raise FormatError("Table needs at least one value, got an empty sequence.")
-    original = arr
-    arr = arr.astype(np.float64)
-    if original.dtype.kind in "iu" and not np.all(arr.astype(original.dtype) == original):
-        raise FormatError("Table integer values must be exactly representable in float64.")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        raise FormatError(
-            f"Table values must be finite; got {float(arr[bad][0])!r} at index {int(np.argmax(bad))}. "
-            "Saturation at the table's ends already covers ±inf inputs."
-        )
-    return np.unique(arr) + 0.0  # sorted, distinct; + 0.0 turns -0.0 into 0.0
-
-
-def _midpoint_floor(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact midpoints of lo < hi as (largest float64 <= midpoint, midpoint is that float)."""
-    with np.errstate(over="ignore", invalid="ignore"):  # overflowing pairs are redone below
-        s = lo + hi
-        bb = s - lo
-        err = (lo - (s - bb)) + (hi - bb)  # TwoSum: s + err == lo + hi exactly (no overflow)
-        half_s, half_e = s * 0.5, err * 0.5
-        ok = np.isfinite(s) & (half_s * 2 == s) & (half_e * 2 == err) & (np.abs(s) < 2.0**1020)
-        floor = np.where(err < 0, np.nextafter(half_s, -np.inf), half_s)
-        exact = err == 0
-    for i in np.nonzero(~ok)[0]:  # huge or subnormal pairs: a handful at most, done exactly
-        m = (Fraction(float(lo[i])) + Fraction(float(hi[i]))) / 2
-        f = float(m)  # round to nearest
-        if Fraction(f) > m:
-            f = float(np.nextafter(f, -np.inf))
-        floor[i] = f
-        exact[i] = Fraction(f) == m
-    return floor.astype(np.float64), exact.astype(bool)
-
-
-@dataclass
-class TableLookup:
-    """The tensors a Table's kernel works with, on one device."""
-
-    values: torch.Tensor  # float64, sorted
-    bound: torch.Tensor  # float64, largest float <= boundary between entries i and i+1
-    bound_exact: torch.Tensor  # bool, the boundary is exactly `bound`
-    first_nonneg: int  # index of the first entry >= 0 (rank origin)
-    zero_index: int  # index of 0.0, or -1
 
 
 @dataclass(frozen=True, eq=True)
@@ -135,13 +81,21 @@ class Table(Format):
         infinity: "saturate" (default: ±inf rounds to the last/first value,
             like any input beyond the ends) or "nan" (±inf gives NaN, as
             posits turn it into NaR).
+        signed_zero: False (default: a zero result is +0.0) or True (a zero
+            result takes the sign of the input, as IEEE-style floats round
+            -0.1 to -0.0). The table has one zero and one code for it, which
+            decodes to +0.0.
+        negative: "saturate" (default: negative inputs below the first value
+            round to it, like any input beyond the ends) or "nan" (every
+            input < 0 gives NaN, as unsigned float formats do; -0.0 is zero;
+            for tables without negative values).
         boundaries: optional nearest-rounding boundaries, one between each pair
             of consecutive (normalised) values, strictly between them; default
             the arithmetic midpoints.
 
     Codes are indices into the sorted values (``bits = ceil(log2(size))``, at
     least 1); unused codes decode to NaN. There is no NaN code, so `encode`
-    rejects NaN. A zero result is +0.0.
+    rejects NaN. A zero result is +0.0 unless ``signed_zero=True``.
 
     >>> import anynum as an, torch
     >>> t = an.Table([3.0, -1.0, 0.5, 1.0, 1.0])
@@ -157,9 +111,12 @@ class Table(Format):
     ties: str = field(default="smaller_magnitude", kw_only=True)
     underflow: str = field(default="zero", kw_only=True)
     infinity: str = field(default="saturate", kw_only=True)
+    signed_zero: bool = field(default=False, kw_only=True)
+    negative: str = field(default="saturate", kw_only=True)
     boundaries: tuple[float, ...] | None = field(default=None, kw_only=True, repr=False)
 
     overflow_policies: ClassVar[tuple[str, ...]] = ("saturate",)
+    spec_parameters: ClassVar[dict[str, str]] = {"table": "values"}
 
     def __init__(
         self,
@@ -168,10 +125,12 @@ class Table(Format):
         ties: str = "smaller_magnitude",
         underflow: str = "zero",
         infinity: str = "saturate",
+        signed_zero: bool = False,
+        negative: str = "saturate",
         boundaries: Any = None,
         name: str | None = None,
     ) -> None:
-        vals = _normalise_values(values)
+        vals = normalise_values(values)
         if not isinstance(ties, str):
             raise FormatError(f"ties must be a string, one of {TIE_POLICIES}; got {ties!r}.")
         ties = _TIE_ALIASES.get(ties, ties)
@@ -181,22 +140,35 @@ class Table(Format):
             raise FormatError(f"Table underflow must be one of {_UNDERFLOW}, got {underflow!r}.")
         if infinity not in ("saturate", "nan"):
             raise FormatError(f"Table infinity must be 'saturate' or 'nan', got {infinity!r}.")
+        if not isinstance(signed_zero, bool):
+            raise FormatError(f"Table signed_zero must be True or False, got {signed_zero!r}.")
+        if negative not in ("saturate", "nan"):
+            raise FormatError(f"Table negative must be 'saturate' or 'nan', got {negative!r}.")
+        if negative == "nan" and vals[0] < 0:
+            raise FormatError(
+                f"negative='nan' makes every negative input NaN, so it needs a table without negative "
+                f"values; this one starts at {float(vals[0])!r}. Drop negative= or the negative values."
+            )
         bounds: tuple[float, ...] | None = None
         if boundaries is not None:
-            b = _check_boundaries(boundaries, vals)
-            mids, exact = _midpoint_floor(vals[:-1], vals[1:])
+            b = check_boundaries(boundaries, vals)
+            mids, exact = midpoint_floor(vals[:-1], vals[1:])
             is_mid = bool(np.all(exact & (mids == b)))
             bounds = None if is_mid else tuple(float(v) for v in b)
         object.__setattr__(self, "table", tuple(float(v) for v in vals))
         object.__setattr__(self, "ties", ties)
         object.__setattr__(self, "underflow", underflow)
         object.__setattr__(self, "infinity", infinity)
+        object.__setattr__(self, "signed_zero", signed_zero)
+        object.__setattr__(self, "negative", negative)
         object.__setattr__(self, "boundaries", bounds)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_array", vals)
         object.__setattr__(self, "_cache", {})
         self._cache["cpu"] = self._build_lookup()  # type: ignore[attr-defined]
-        object.__setattr__(self, "_hash", hash((self.table, ties, underflow, infinity, bounds)))
+        object.__setattr__(
+            self, "_hash", hash((self.table, ties, underflow, infinity, signed_zero, negative, bounds))
+        )
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
@@ -204,7 +176,10 @@ class Table(Format):
     def __reduce__(self) -> Any:
         return (
             _rebuild,
-            (self.table, self.ties, self.underflow, self.infinity, self.boundaries, self.name),
+            (
+                self.table, self.ties, self.underflow, self.infinity, self.boundaries, self.name,
+                self.signed_zero, self.negative,
+            ),
         )
 
     # --- constructors ---------------------------------------------------------------------
@@ -213,7 +188,9 @@ class Table(Format):
         """The table of every finite value of a format of at most 16 bits, rounding exactly like it.
 
         With the default ``ties=None`` the table reproduces the format (`quantize`
-        with ``overflow="saturate"``) in every deterministic mode:
+        with ``overflow="saturate"``) at every input in every mode, the stochastic
+        ones bit for bit with the same random bits (docs/posits.md lists the
+        exceptions: posits with ``rand_bits``, and the formats refused below):
 
         * nearest-mode boundaries are the format's: arithmetic midpoints, or for
           posits the values of the (n+1)-bit codes 2L+1 (geometric where
@@ -224,14 +201,18 @@ class Table(Format):
           and integers, and posits (a plain index would not: E2M1 and posit(8,0)
           have an odd number of negative values);
         * a posit's "never round to zero" rule becomes ``underflow="saturate"``
-          and its ±inf -> NaR rule ``infinity="nan"``.
+          and its ±inf -> NaR rule ``infinity="nan"``;
+        * a format that rounds -0.1 to -0.0 gets ``signed_zero=True`` (IEEE-style
+          floats; not fnuz, fixed point or posits), one whose negative inputs give
+          NaN (unsigned floats) ``negative="nan"``.
 
         The construction checks the format's own choice at every tie and in every
         interval under ODD against the table's and raises `FormatError` where no
         table tie policy expresses it (formats whose ties follow the significand
         rather than the code: flushed subnormals, no fraction bits, as in E8M0);
-        pass an explicit ``ties=`` to build such a table anyway, unchecked. A
-        zero result is +0.0 (the table has one zero) where the format may give -0.0.
+        pass an explicit ``ties=`` to build such a table anyway, unchecked. The
+        table has one zero: the format's -0.0 is its +0.0 code (`encode`), and
+        decodes to +0.0.
 
         >>> import anynum as an
         >>> t = an.Table.from_format(an.E2M1)
@@ -246,8 +227,9 @@ class Table(Format):
         boundaries = None
         underflow = "zero"
         infinity = "saturate"
+        signed_zero, negative = _zero_and_negative_rules(fmt, vals)
         if isinstance(fmt, Posit):
-            boundaries = _posit_boundaries(fmt)
+            boundaries = posit_boundaries(fmt)
             underflow = "saturate" if fmt.underflow == "minpos" else "zero"
             infinity = "nan"  # ±inf -> NaR
         table = cls(
@@ -255,6 +237,8 @@ class Table(Format):
             ties="even" if ties is None else ties,
             underflow=underflow,
             infinity=infinity,
+            signed_zero=signed_zero,
+            negative=negative,
             boundaries=boundaries,
             name=f"table({fmt.display_name()})",
         )
@@ -297,7 +281,7 @@ class Table(Format):
                 f"Table.log needs frac_bits >= 0 and int_bits + frac_bits <= 16 (at most 2**17 "
                 f"values), got int_bits={int_bits}, frac_bits={frac_bits}."
             )
-        fracs = _exp2_fractions(frac_bits)  # 2**(r / 2**F) for r in [0, 2**F)
+        fracs = exp2_fractions(frac_bits)  # 2**(r / 2**F) for r in [0, 2**F)
         lo = -(1 << (int_bits - 1))
         ints = np.arange(lo, -lo, dtype=np.int64)
         mags = np.ldexp(np.tile(fracs, len(ints)), np.repeat(ints, len(fracs)))
@@ -381,7 +365,7 @@ class Table(Format):
         if len(vals) < 2:
             bound, exact = np.zeros(0), np.zeros(0, dtype=bool)
         elif self.boundaries is None:
-            bound, exact = _midpoint_floor(vals[:-1], vals[1:])
+            bound, exact = midpoint_floor(vals[:-1], vals[1:])
         else:
             bound = np.asarray(self.boundaries, dtype=np.float64)
             exact = np.ones(len(bound), dtype=bool)
@@ -449,6 +433,8 @@ class Table(Format):
         extra = "" if self.ties == "smaller_magnitude" else f", ties={self.ties!r}"
         extra += "" if self.underflow == "zero" else f", underflow={self.underflow!r}"
         extra += "" if self.infinity == "saturate" else f", infinity={self.infinity!r}"
+        extra += "" if not self.signed_zero else ", signed_zero=True"
+        extra += "" if self.negative == "saturate" else f", negative={self.negative!r}"
         extra += "" if self.boundaries is None else ", boundaries=..."
         return f"Table([{shown}]{extra})" if n <= 8 else f"Table(<{n} values: {shown}>{extra})"
 
@@ -460,20 +446,23 @@ def _rebuild(
     infinity: str,
     boundaries: tuple[float, ...] | None,
     name: str | None,
+    signed_zero: bool = False,
+    negative: str = "saturate",
 ) -> Table:
-    return Table(table, ties=ties, underflow=underflow, infinity=infinity, boundaries=boundaries, name=name)
+    return Table(
+        table, ties=ties, underflow=underflow, infinity=infinity, boundaries=boundaries, name=name,
+        signed_zero=signed_zero, negative=negative,
+    )
 
 
-def _check_boundaries(boundaries: Any, vals: np.ndarray) -> np.ndarray:
-    b = np.asarray(boundaries, dtype=np.float64)
-    if b.ndim != 1 or len(b) != len(vals) - 1:
-        raise FormatError(
-            f"boundaries must hold one value between each pair of consecutive table values "
-            f"({len(vals) - 1}), got shape {b.shape}."
-        )
-    if not (np.all(vals[:-1] < b) and np.all(b < vals[1:])):
-        raise FormatError("each boundary must lie strictly between its two (sorted) table values.")
-    return b
+def _zero_and_negative_rules(fmt: Format, vals: np.ndarray) -> tuple[bool, str]:
+    """(signed_zero, negative) of `fmt`: whether -0.0 rounds to -0.0, and whether a negative
+    input beyond its values gives NaN (unsigned float formats) rather than saturating."""
+    quantize = hook("quantize")  # the front door, installed by anynum.quantize
+    big = float(np.max(np.abs(vals))) if vals.size else 1.0
+    y = quantize(torch.tensor([-0.0, -2.0 * big - 1.0], dtype=torch.float64), fmt, overflow="saturate")
+    signed_zero = bool(y[0] == 0) and bool(torch.signbit(y[0]))
+    return signed_zero, "nan" if bool(torch.isnan(y[1])) else "saturate"
 
 
 def _check_parity_rule(table: Table, fmt: Format) -> None:
@@ -497,30 +486,3 @@ def _check_parity_rule(table: Table, fmt: Format) -> None:
                 f"which no table tie policy reproduces (its ties follow the significand, not the code); "
                 "pass ties= explicitly to build an approximating table."
             )
-
-
-def _posit_boundaries(fmt: Any) -> np.ndarray:
-    """Between a posit's consecutive values (sorted): the values of the (n+1)-bit codes 2L+1."""
-    from anynum.formats.posit import Posit
-
-    try:
-        wider = Posit(fmt.n + 1, fmt.es, scale_exp=fmt.scale_exp)
-    except FormatError as exc:
-        raise FormatError(f"Table.from_format cannot place the boundaries of {fmt!r}: {exc}") from None
-    odd = torch.arange(1, 2 * fmt.maxpos_code, 2, dtype=torch.int64)  # 2L+1 for L = 0 .. maxpos-1
-    pos = wider.decode_torch(odd).numpy()
-    # Sorted values: -maxpos .. -minpos, 0, minpos .. maxpos; boundaries mirror around 0.
-    return np.concatenate([-pos[::-1], pos])
-
-
-@functools.lru_cache(maxsize=32)
-def _exp2_fractions(frac_bits: int) -> np.ndarray:
-    """2**(r / 2**frac_bits) for r in [0, 2**frac_bits), each correctly rounded to float64."""
-    steps = 1 << frac_bits
-    out = np.empty(steps, dtype=np.float64)
-    with localcontext() as ctx:
-        ctx.prec = 40  # 2**t is transcendental: 40 digits decide the float64 rounding
-        two = Decimal(2)
-        for r in range(steps):
-            out[r] = float(two ** (Decimal(r) / steps)) if r else 1.0
-    return out

@@ -9,6 +9,7 @@ kernels (`fused`, for other devices and for calls the C kernels decline).
 
 from anynum.kernels import block as _block  # noqa: F401  (registers the block kernel)
 from anynum.kernels import ckernel as _ckernel  # noqa: F401  (registers the C kernels)
+from anynum.kernels import customop as _customop  # noqa: F401  (defines the anynum:: torch ops)
 from anynum.kernels import native as _native  # noqa: F401  (registers torch's casts)
 from anynum.kernels import posit as _posit  # noqa: F401  (registers the posit kernel)
 from anynum.kernels import table as _table  # noqa: F401  (registers the table kernel)

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import warnings
 from pathlib import Path
 
+from anynum.kernels.cparams import CallStruct
 from anynum.kernels.nativelib import NativeSource, load
 
 __all__ = ["SOURCE", "library", "source_text"]
@@ -89,4 +91,12 @@ def library() -> ctypes.CDLL | None:
     lib.anynum_pool_workers.restype = i32
     lib.anynum_call_size.argtypes = []
     lib.anynum_call_size.restype = i64
+    if lib.anynum_call_size() != ctypes.sizeof(CallStruct):  # the two mirrors disagree: never guess
+        warnings.warn(
+            "anynum: the native kernel's parameter structure does not match anynum.kernels.cparams; "
+            "not using it (the other kernels run). Please report this.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
     return lib

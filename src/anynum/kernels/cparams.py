@@ -124,7 +124,10 @@ class TableParams(ctypes.Structure):
         ("size", ctypes.c_int64),
         ("first_nonneg", ctypes.c_int64),
         ("zero_index", ctypes.c_int64),
-        *((name, ctypes.c_int32) for name in ("ties", "underflow_saturate", "infinity_nan", "pad")),
+        *(
+            (name, ctypes.c_int32)
+            for name in ("ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "pad")
+        ),
     ]
 
 
@@ -243,6 +246,8 @@ def _table_params(fmt: Table) -> tuple[TableParams, tuple[Any, ...]]:
         ties=_TIES[fmt.ties],
         underflow_saturate=int(fmt.underflow == "saturate"),
         infinity_nan=int(fmt.infinity == "nan"),
+        signed_zero=int(fmt.signed_zero),
+        negative_nan=int(fmt.negative == "nan"),
     )
     return params, (values, bound, exact)
 

@@ -25,6 +25,9 @@ from anynum.rounding import RandomSource, Rounding, round_scaled
 __all__ = ["EagerKernel", "apply_overflow", "float_grid_step", "round_to_format", "working_dtype"]
 
 
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
 @functools.singledispatch
 def working_dtype(fmt: Format, dtype: torch.dtype) -> torch.dtype:
     """Working dtype in which rounding `dtype` inputs onto `fmt` is exact."""
@@ -33,7 +36,8 @@ def working_dtype(fmt: Format, dtype: torch.dtype) -> torch.dtype:
 
 @working_dtype.register
 def _(fmt: FloatFormat, dtype: torch.dtype) -> torch.dtype:
-    if dtype == torch.float64 or fmt.man_bits > 23:
+    # float32 must hold the format's constants too: its max (exp_bits >= 9 exceeds float32's range)
+    if dtype == torch.float64 or fmt.man_bits > 23 or fmt.max > _FLOAT32_MAX:
         return torch.float64
     return torch.float32
 

@@ -66,6 +66,15 @@ class Call:
     device: str
     random: str | None
 
+    def __post_init__(self) -> None:
+        # Kernels key their per-call state by the Call; hashing a format's fields anew on every
+        # rounding call would cost more than a small tensor's rounding.
+        fields = (self.fmt, self.mode, self.overflow, self.rand_bits, self.dtype, self.device, self.random)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
 
 def random_kind(rng: RandomSource | None) -> str | None:
     """The `Call.random` of a random source: None, "counter" or "custom"."""

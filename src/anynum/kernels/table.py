@@ -72,9 +72,11 @@ def _round_table(
     xs = torch.where(nan, torch.zeros_like(x), x).contiguous()
     if fmt.infinity == "nan":
         nan = nan | (torch.abs(x) == torch.inf)
+    if fmt.negative == "nan":
+        nan = nan | (xs < 0)
     if size == 1:
         y = vals[0].expand(x.shape).clone()
-        return torch.where(nan, torch.full_like(y, torch.nan), y)
+        return _finish(fmt, y, xs, nan)
 
     j = torch.searchsorted(vals, xs, right=True) - 1  # vals[j] <= x < vals[j + 1]
     below = j < 0
@@ -96,8 +98,11 @@ def _round_table(
         }[mode]
         up_nearest = ((xs > floor_b) & ~tie) | (tie & _tie_up(policy, lo, hi, xs, hi_rank_even))
         if mode is Rounding.TOWARD_ZERO:
-            # The neighbour on the side of zero; at x = ±0 (0 not in the table) the nearer one.
-            up = torch.where(xs == 0, up_nearest, xs < 0)
+            # The neighbour on the side of zero. Across a gap that straddles zero (0 not in the
+            # table) neither is: keep x's sign (the smaller magnitude of that sign), so that RZ
+            # stays monotone and never flips a sign, as float formats without zero do.
+            straddle = (lo < 0) & (hi > 0)
+            up = torch.where(straddle, ~torch.signbit(xs), xs < 0)
         else:
             up = up_nearest
     elif mode is Rounding.UP:
@@ -130,5 +135,11 @@ def _round_table(
             idx = torch.where(to_zero & (xs > 0), torch.full_like(idx, z + 1), idx)
         if z >= 1:
             idx = torch.where(to_zero & (xs < 0), torch.full_like(idx, z - 1), idx)
-    y = vals[idx]
+    return _finish(fmt, vals[idx], xs, nan)
+
+
+def _finish(fmt: Table, y: torch.Tensor, xs: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:
+    """NaN where due; with ``signed_zero`` a zero result takes the input's sign (-0.1 -> -0.0)."""
+    if fmt.signed_zero:
+        y = torch.where(y == 0, torch.copysign(y, xs), y)
     return torch.where(nan, torch.full_like(y, torch.nan), y)

@@ -16,10 +16,10 @@ True
 
 from __future__ import annotations
 
-from anynum.mc import eft, nn, optim
+from anynum.mc import eft, engine, nn, optim
 from anynum.mc.eft import fast_two_sum, fma_available, split, two_prod, two_sum
-from anynum.mc.tensor import (
-    MCTensor,
+from anynum.mc.engine import set_matmul_engine
+from anynum.mc.ops import (
     abs,
     add,
     addmm,
@@ -48,7 +48,6 @@ from anynum.mc.tensor import (
     pow,
     reciprocal,
     relu,
-    set_matmul_engine,
     sigmoid,
     softmax,
     sqrt,
@@ -59,6 +58,7 @@ from anynum.mc.tensor import (
     tanh,
     where,
 )
+from anynum.mc.tensor import MCTensor
 
 __all__ = [
     "MCTensor",
@@ -70,6 +70,7 @@ __all__ = [
     "div",
     "dot",
     "eft",
+    "engine",
     "eq",
     "exp",
     "expm1",

@@ -24,6 +24,13 @@ FMA
     Set ``ANYNUM_MC_FMA=0`` in the environment, or use :func:`fma_policy`, to force the
     Dekker path (for testing it, or for bit-reproducibility across CPUs).
 
+Package-internal names
+    ``raw_two_sum``, ``raw_fast_two_sum``, ``raw_two_prod`` and ``raw_fma`` are the same
+    transforms without the argument checks and without the NaN/inf clean-up of the public
+    functions (their error term may be NaN/inf where the result is not finite).  The
+    arithmetic modules of `anynum.mc` use them on tensors they have already checked; they
+    are not re-exported by :mod:`anynum.mc`.
+
 Remaining limits (documented in docs/mc.md): the error term is exact only when it is
 representable, i.e. when ``|a*b|`` is at least ``2**(emin + p)`` (for smaller products it is
 rounded, as it must be); when ``a*b`` or ``a+b`` overflows, ``s`` is ±inf and the public
@@ -126,14 +133,29 @@ def fma_available(dtype: torch.dtype) -> bool:
 
 
 # ------------------------------------------------------------------ primitives
-def _two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def raw_two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Knuth's TwoSum without checks: ``s = RN(a + b)``, ``e = a + b - s`` (6 operations).
+
+    >>> import torch
+    >>> from anynum.mc import eft
+    >>> s, e = eft.raw_two_sum(torch.tensor([1.0]), torch.tensor([2.0**-30]))
+    >>> e.item() == 2.0**-30
+    True
+    """
     s = a + b
     bb = s - a
     e = (a - (s - bb)) + (b - bb)
     return s, e
 
 
-def _fast_two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def raw_fast_two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dekker's Fast2Sum without checks: exact when ``|a| >= |b|`` (3 operations).
+
+    >>> import torch
+    >>> from anynum.mc import eft
+    >>> eft.raw_fast_two_sum(torch.tensor([1.0]), torch.tensor([2.0**-30]))[1].item() == 2.0**-30
+    True
+    """
     s = a + b
     e = b - (s - a)
     return s, e
@@ -189,8 +211,15 @@ def _two_prod_lowp(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
     return p, e
 
 
-def _two_prod(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Internal two_prod; e may be NaN/inf where p is not finite."""
+def raw_two_prod(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`two_prod` without checks; ``e`` may be NaN/inf where ``p`` is not finite.
+
+    >>> import torch
+    >>> from anynum.mc import eft
+    >>> x = torch.tensor([1.0 + 2.0**-20])
+    >>> eft.raw_two_prod(x, x)[1].item() == 2.0**-40
+    True
+    """
     if fma_available(a.dtype):
         if a.dtype in (torch.float16, torch.bfloat16):
             return _two_prod_lowp(a, b)
@@ -203,7 +232,7 @@ def _fma_lowp(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor
     """Exact RN(a*b + c) for float16/bfloat16 via float32 round-to-odd."""
     p = a.float() * b.float()
     c32 = c.float()
-    s, e = _two_sum(p, c32)
+    s, e = raw_two_sum(p, c32)
     odd = (s.view(torch.int32) & 1) == 1
     need = (e != 0) & ~odd & torch.isfinite(s)
     if bool(need.any()):
@@ -212,7 +241,15 @@ def _fma_lowp(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor
     return s.to(a.dtype)
 
 
-def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+def raw_fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """:func:`fma` without checks: only valid where :func:`fma_available` is true.
+
+    >>> import torch
+    >>> from anynum.mc import eft
+    >>> a = torch.tensor([1.0 + 2.0**-6], dtype=torch.float16)  # float16: always exact
+    >>> eft.raw_fma(a, a, -(a * a)).item() == 2.0**-12
+    True
+    """
     if a.dtype in (torch.float16, torch.bfloat16):
         return _fma_lowp(a, b, c)
     return torch.addcmul(c, a, b)
@@ -252,7 +289,7 @@ def two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     (1.0, True)
     """
     _check_pair(a, b)
-    return _clean(*_two_sum(a, b))
+    return _clean(*raw_two_sum(a, b))
 
 
 def fast_two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -268,7 +305,7 @@ def fast_two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.
     True
     """
     _check_pair(a, b)
-    return _clean(*_fast_two_sum(a, b))
+    return _clean(*raw_fast_two_sum(a, b))
 
 
 def two_prod(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -288,7 +325,7 @@ def two_prod(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     True
     """
     _check_pair(a, b)
-    return _clean(*_two_prod(a, b))
+    return _clean(*raw_two_prod(a, b))
 
 
 def split(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -342,4 +379,4 @@ def fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
             f"no exact fused multiply-add is available for {a.dtype} on this machine "
             "(the torch.addcmul probe failed or ANYNUM_MC_FMA=0); use two_prod instead"
         )
-    return _fma(a, b, c)
+    return raw_fma(a, b, c)

@@ -15,7 +15,7 @@ component:
 * ``sqrt``: exact even power-of-two scaling, then ``nc - 1`` steps
   ``s <- s + (x - s*s) / (2 s_0)``, each gaining about ``p`` bits.
 
-NaN/inf and out-of-domain inputs are patched by the callers in `anynum.mc.tensor` with the
+NaN/inf and out-of-domain inputs are patched by the callers in `anynum.mc.ops` with the
 native result of the leading components, so these functions only see the finite case.
 """
 
@@ -29,6 +29,8 @@ import torch
 
 from anynum.mc import arith
 from anynum.mc._core import Comps, const_comps, const_floats, exponent, fraction_to_floats, info, ldexp
+from anynum.mc.eft import raw_two_prod
+from anynum.mc.expansion import renormalize
 
 
 @cache
@@ -65,9 +67,9 @@ def exp_parts(x: Comps, nc: int) -> tuple[torch.Tensor, Comps]:
     ln2 = const_comps(const_floats("ln2", dtype, nc + 1), x0)
     terms: list[torch.Tensor] = list(x)
     for c in ln2:
-        p, e = arith._two_prod(k, -c)
+        p, e = raw_two_prod(k, -c)
         terms += [p, e]
-    r = arith.renormalize(terms, nc)
+    r = renormalize(terms, nc)
     m, coeffs = _exp_plan(dtype, nc)
     if m:
         r = arith.scale_pow2(r, 2.0**-m)
@@ -131,9 +133,9 @@ def log(x: Comps, nc: int) -> Comps:
     ef = e.to(dtype)
     terms: list[torch.Tensor] = list(y)
     for c in ln2:
-        p, err = arith._two_prod(ef, c)
+        p, err = raw_two_prod(ef, c)
         terms += [p, err]
-    return arith.renormalize(terms, nc)
+    return renormalize(terms, nc)
 
 
 def sqrt(x: Comps, nc: int) -> Comps:

@@ -20,7 +20,7 @@ from torch import nn
 
 from anynum.errors import AnynumError
 from anynum.mc._core import check_dtype
-from anynum.mc.tensor import MCTensor
+from anynum.mc.tensor import MCTensor, wrap
 
 __all__ = ["MCEmbedding", "MCLinear", "MCParameter", "MCSequential", "ToTensor"]
 
@@ -51,7 +51,7 @@ class MCParameter(nn.Parameter):
     @property
     def mc(self) -> MCTensor:
         """The `MCTensor` value; its components are views of this parameter."""
-        return MCTensor._wrap(tuple(self.unbind(0)))
+        return wrap(tuple(self.unbind(0)))
 
     def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         return f"MCParameter(nc={self.nc}, shape={tuple(self.shape[1:])}, dtype={self.dtype})"

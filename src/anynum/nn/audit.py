@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from anynum.nn.convert import converted_layers, select_layers
+from anynum.errors import AnynumError
+from anynum.nn.checks import check_module
+from anynum.nn.convert import check_policy, converted_layers, select_layers
 from anynum.nn.hooks import stored_parameter
 from anynum.nn.policy import Policy, ResolvedPolicy
 from anynum.nn.quantizer import Rounder
@@ -97,6 +99,16 @@ def audit(model: nn.Module, policy: Policy | None = None, optimizer: Any = None)
     >>> [leak.name for leak in an.nn.audit(m)]
     ['0.weight']
     """
+    check_module(model, "anynum.nn.audit")
+    if policy is not None:
+        check_policy(policy, "anynum.nn.audit")
+    if optimizer is not None and not (
+        hasattr(optimizer, "grid_checks") or isinstance(optimizer, torch.optim.Optimizer)
+    ):
+        raise AnynumError(
+            f"anynum.nn.audit: optimizer= takes an anynum.optim.QuantizedOptimizer (or a torch "
+            f"optimizer, which declares no grids), got {type(optimizer).__name__}."
+        )
     if policy is None:
         layers = converted_layers(model)
     else:

@@ -19,12 +19,13 @@ from torch import nn
 
 from anynum.errors import AnynumError
 from anynum.formats.base import Format
+from anynum.nn.checks import check_flag, check_module
 from anynum.nn.hooks import attach, detach, layer_state
 from anynum.nn.layers import quantized_replacement
 from anynum.nn.policy import Policy, ResolvedPolicy
 from anynum.rounding import RoundingLike
 
-__all__ = ["convert", "converted_layers", "post_quantize", "restore", "select_layers"]
+__all__ = ["check_policy", "convert", "converted_layers", "post_quantize", "restore", "select_layers"]
 
 _ORIGINAL_ATTR = "_anynum_original"
 _WILDCARDS = set("*?[")
@@ -76,6 +77,21 @@ def _override(policy: Policy, name: str, module: nn.Module) -> tuple[Policy | No
     return None, False
 
 
+def check_policy(policy: Any, where: str) -> Policy:
+    """`policy` if it is a Policy, else an AnynumError that says how to write one."""
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, (Format, str)):
+        raise AnynumError(
+            f"{where} needs an anynum.nn.Policy, got the format {policy!r}; write "
+            f"Policy(weight={policy!r}, activation={policy!r}) or use anynum.nn.post_quantize."
+        )
+    raise AnynumError(
+        f"{where} needs an anynum.nn.Policy, got {type(policy).__name__}; "
+        "e.g. anynum.nn.Policy(weight='e4m3fn', activation='e4m3fn')."
+    )
+
+
 def select_layers(model: nn.Module, policy: Policy) -> dict[str, tuple[nn.Module, Policy]]:
     """The layers `policy` selects in `model`: ``{qualified name: (module, effective Policy)}``.
 
@@ -86,6 +102,8 @@ def select_layers(model: nn.Module, policy: Policy) -> dict[str, tuple[nn.Module
     >>> list(select_layers(m, an.nn.Policy(weight="bf16", exclude=("2",))))
     ['0']
     """
+    check_module(model, "anynum.nn.select_layers")
+    check_policy(policy, "anynum.nn.select_layers")
     names = [n for n, _ in model.named_modules() if n]
     _check_names(policy, names)
     selected: dict[str, tuple[nn.Module, Policy]] = {}
@@ -135,13 +153,8 @@ def convert(model: nn.Module, policy: Policy) -> nn.Module:
     True
     >>> _ = an.nn.restore(m)
     """
-    if not isinstance(policy, Policy):
-        if isinstance(policy, (Format, str)):
-            raise AnynumError(
-                f"convert needs an anynum.nn.Policy, got the format {policy!r}; write "
-                f"Policy(weight={policy!r}, activation={policy!r}) or use post_quantize."
-            )
-        raise AnynumError(f"convert needs an anynum.nn.Policy, got {type(policy).__name__}.")
+    check_module(model, "anynum.nn.convert")
+    check_policy(policy, "anynum.nn.convert")
     if converted_layers(model):
         raise AnynumError("this model is already converted; call anynum.nn.restore(model) first.")
     selected = select_layers(model, policy)
@@ -175,6 +188,7 @@ def restore(model: nn.Module) -> nn.Module:
     >>> torch.equal(m[0].weight, w), type(m[0]).__name__
     (True, 'Linear')
     """
+    check_module(model, "anynum.nn.restore")
     root = model
     for name, module in list(model.named_modules()):
         original = module.__dict__.get(_ORIGINAL_ATTR)
@@ -192,6 +206,7 @@ def restore(model: nn.Module) -> nn.Module:
 
 def converted_layers(model: nn.Module) -> dict[str, ResolvedPolicy]:
     """``{qualified name: resolved policy}`` of every layer `convert` touched in `model`."""
+    check_module(model, "anynum.nn.converted_layers")
     out = {}
     for name, module in model.named_modules():
         state = layer_state(module)
@@ -222,8 +237,16 @@ def post_quantize(
     >>> bool(torch.equal(q[0].weight, an.quantize(m[0].weight.detach(), "e4m3fn")))
     True
     """
+    check_module(model, "anynum.nn.post_quantize")
+    check_flag(activations, "activations", "anynum.nn.post_quantize")
+    check_flag(copy_model, "copy_model", "anynum.nn.post_quantize")
     if isinstance(fmt_or_policy, Policy):
         policy = fmt_or_policy
+    elif not isinstance(fmt_or_policy, (Format, str, tuple)):
+        raise AnynumError(
+            f"anynum.nn.post_quantize takes a format (or name) or an anynum.nn.Policy, got "
+            f"{type(fmt_or_policy).__name__}; e.g. post_quantize(model, 'e4m3fn')."
+        )
     else:
         policy = Policy(
             weight=fmt_or_policy, activation=fmt_or_policy if activations else None, rounding=rounding

@@ -18,23 +18,37 @@ from torch.nn.utils import parametrize
 
 from anynum.nn.policy import ResolvedPolicy
 from anynum.nn.quantizer import Rounder, apply_pair, round_weight
+from anynum.nn.streams import register_stream_hooks
 
-__all__ = ["LayerState", "attach", "detach", "layer_state"]
+__all__ = ["LayerState", "attach", "detach", "layer_state", "layer_streams"]
 
 _STATE_ATTR = "_anynum_state"
 
 
 class LayerState:
-    """What `attach` did to a module: its resolved policy and the parameters it parametrized."""
+    """What `attach` did to a module: its resolved policy, the parameters it parametrized and
+    the handles of its random-stream checkpoint hooks."""
 
-    def __init__(self, policy: ResolvedPolicy, params: list[str]) -> None:
+    def __init__(self, policy: ResolvedPolicy, params: list[str], handles: tuple[Any, ...] = ()) -> None:
         self.policy = policy
         self.params = params
+        self.handles = handles
 
 
 def layer_state(module: nn.Module) -> LayerState | None:
     """The `LayerState` of a converted module, else None."""
     return module.__dict__.get(_STATE_ATTR)
+
+
+def layer_streams(module: nn.Module) -> dict[str, Rounder | None]:
+    """The random streams a converted module owns, by category (what its state_dict saves)."""
+    state = layer_state(module)
+    if state is None:
+        return {}
+    p = state.policy
+    return {
+        "weight": p.weight, "bias": p.bias, "activation": p.activation, "error": p.error, "buffer": p.buffer
+    }
 
 
 def _map_tensors(value: Any, fwd: Rounder | None, bwd: Rounder | None) -> Any:
@@ -133,7 +147,9 @@ def attach(module: nn.Module, policy: ResolvedPolicy, *, params: bool = True) ->
             if b.is_floating_point():
                 policy.buffer.check_dtype(b.dtype)
         module.register_forward_hook(BufferHook(policy.buffer))
-    module.__dict__[_STATE_ATTR] = LayerState(policy, done)
+    # The streams of stochastic categories travel with the module's state_dict (anynum.nn.streams).
+    handles = register_stream_hooks(module, layer_streams)
+    module.__dict__[_STATE_ATTR] = LayerState(policy, done, handles)
     return module
 
 
@@ -145,6 +161,8 @@ def detach(module: nn.Module) -> None:
     for hooks in (module._forward_pre_hooks, module._forward_hooks):
         for key in [k for k, h in hooks.items() if isinstance(h, _HOOK_TYPES)]:
             del hooks[key]
+    for handle in state.handles:
+        handle.remove()
     for name in state.params:
         if parametrize.is_parametrized(module, name):
             parametrize.remove_parametrizations(module, name, leave_parametrized=False)

@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from anynum.errors import AnynumError
+from anynum.nn.checks import check_flag
 from anynum.nn.quantizer import NumberLike, Rounder, resolve_number
 from anynum.rounding import RoundingLike
 
@@ -108,15 +109,28 @@ class Policy:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.activation_at not in _SIDES:
+        if not isinstance(self.activation_at, str) or self.activation_at not in _SIDES:
             raise AnynumError(f"activation_at must be one of {_SIDES}, got {self.activation_at!r}.")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise AnynumError(f"Policy seed must be an int or None, got {self.seed!r}; e.g. seed=0.")
+        check_flag(self.skip_first_last, "skip_first_last", "anynum.nn.Policy")
         for name in ("include", "exclude"):
             value = getattr(self, name)
             if isinstance(value, (str, type)):
                 object.__setattr__(self, name, (value,))
+            elif not isinstance(value, (tuple, list, set, frozenset)):
+                raise AnynumError(
+                    f"Policy {name}= takes a module type, a name pattern or a tuple of them, "
+                    f"got {type(value).__name__} ({value!r})."
+                )
             for item in getattr(self, name):
                 if not isinstance(item, (str, type)):
                     raise AnynumError(f"Policy {name}= takes module types and name patterns, got {item!r}.")
+        if not isinstance(self.per_layer, Mapping):
+            raise AnynumError(
+                f"Policy per_layer= takes a dict {{name_or_pattern_or_type: Policy}}, got "
+                f"{type(self.per_layer).__name__}."
+            )
         for key, sub in self.per_layer.items():
             if not isinstance(sub, Policy):
                 raise AnynumError(f"per_layer[{key!r}] must be a Policy, got {type(sub).__name__}.")

@@ -15,6 +15,8 @@ from torch import nn
 
 from anynum.errors import AnynumError
 from anynum.formats.base import Format
+from anynum.nn.checks import check_seed, check_tensor
+from anynum.nn.streams import register_stream_hooks
 from anynum.quantize.rounder import Rounder
 from anynum.rounding import RoundingLike
 
@@ -118,6 +120,7 @@ def quantizer(
     >>> y.backward(torch.tensor([0.1, 1000.0])); x.grad.tolist()
     [0.09375, 1024.0]
     """
+    check_seed(seed, "anynum.nn.quantizer")
     fwd = _direction(forward, forward_rounding, forward_overflow, forward_rand_bits, generator, seed)
     bwd_seed = None if seed is None else seed + 1
     bwd_gen = None
@@ -126,7 +129,7 @@ def quantizer(
     bwd = _direction(backward, backward_rounding, backward_overflow, backward_rand_bits, bwd_gen, bwd_seed)
 
     def f(x: torch.Tensor) -> torch.Tensor:
-        return apply_pair(x, fwd, bwd)
+        return apply_pair(check_tensor(x, "anynum.nn.quantizer(...)"), fwd, bwd)
 
     return f
 
@@ -154,7 +157,10 @@ class Quantizer(nn.Module):
     each with its own rounding and overflow policy; stochastic modes draw from
     `generator` or a stream seeded by `seed` (default: drawn once from torch's
     global generator, so `torch.manual_seed` fixes it). The module has no
-    parameters or buffers, so models using it save and load as usual.
+    parameters or buffers; its ``state_dict`` holds the positions of its
+    stochastic streams (``_anynum_rng.forward.*``, ``_anynum_rng.backward.*``),
+    so a resumed run repeats the uninterrupted one bit for bit
+    (`anynum.nn.streams`); a checkpoint without them still loads.
 
     NaN stays NaN; overflow follows the format's default (inf where the format
     has infinities, else saturation to ±max) unless `*_overflow` says otherwise.
@@ -181,6 +187,7 @@ class Quantizer(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
+        check_seed(seed, "anynum.Quantizer")
         self.fwd = _direction(forward, forward_rounding, forward_overflow, forward_rand_bits, generator, seed)
         self.bwd = _direction(
             backward,
@@ -190,9 +197,17 @@ class Quantizer(nn.Module):
             generator,
             None if seed is None else seed + 1,
         )
+        register_stream_hooks(self, _quantizer_streams)  # state_dict saves the random streams
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if type(x) is not torch.Tensor:  # (the common case skips the full check)
+            check_tensor(x, "anynum.Quantizer")
         return apply_pair(x, self.fwd, self.bwd)
 
     def extra_repr(self) -> str:
         return f"forward={self.fwd}, backward={self.bwd}"
+
+
+def _quantizer_streams(module: nn.Module) -> dict[str, Rounder | None]:
+    """The random streams of a `Quantizer` (saved by its state_dict, see anynum.nn.streams)."""
+    return {"forward": getattr(module, "fwd", None), "backward": getattr(module, "bwd", None)}

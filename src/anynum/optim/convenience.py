@@ -40,13 +40,23 @@ def _make(base: type[torch.optim.Optimizer]) -> type[QuantizedOptimizer]:
         **kwargs: Any,
     ) -> None:
         cats: dict[str, Any] = {c: fmt for c in _CATEGORIES if c != "accumulator"}
+        if formats is not None and not isinstance(formats, Mapping):
+            raise AnynumError(f"formats= takes a dict {{category: format}}, got {type(formats).__name__}.")
         for key, value in (formats or {}).items():
             if key not in _CATEGORIES:
                 raise AnynumError(f"formats= takes the categories {_CATEGORIES}, got {key!r}.")
             cats[key] = value
+        try:
+            inner = base(params, *args, **kwargs)
+        except TypeError as exc:  # params that are not an iterable of tensors or dicts, bad options
+            raise AnynumError(
+                f"{name}: torch.optim.{base.__name__} refused its arguments, got params of type "
+                f"{type(params).__name__} ({exc}); pass model.parameters() (or a list of parameter "
+                f"groups) and {base.__name__}'s options."
+            ) from None
         QuantizedOptimizer.__init__(
             self,
-            base(params, *args, **kwargs),
+            inner,
             **cats,
             state=state,
             rounding=rounding,

@@ -9,14 +9,16 @@ on the accumulator format) -> round the weights onto the weight format.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 from torch._utils import _unflatten_dense_tensors
 
 from anynum.errors import AnynumError
+from anynum.nn.checks import check_flag, check_seed
 from anynum.nn.quantizer import NumberLike, Rounder, resolve_number
+from anynum.nn.streams import load_stream_state, stream_state
 from anynum.optim.scaling import LossScale, make_loss_scale
 from anynum.rounding import RoundingLike
 
@@ -34,13 +36,25 @@ _SAME = "same as momentum"
 Staging = dict[Any, tuple[torch.Tensor, list[torch.Tensor]]]
 
 
-def round_in_place(tensors: list[torch.Tensor], rounder: Rounder, staging: Staging | None = None) -> None:
+#: ``observe(before, after)``: the tensors of a group and their rounded values, at the moment
+#: both exist (before the rounded values are written back).
+Observe = Callable[[list[torch.Tensor], list[torch.Tensor]], None]
+
+
+def round_in_place(
+    tensors: list[torch.Tensor],
+    rounder: Rounder,
+    staging: Staging | None = None,
+    observe: Observe | None = None,
+) -> None:
     """Round every tensor onto `rounder`'s grid in place, one quantize call per dtype and device.
 
     The tensors of a group are rounded as their row-major concatenation (one call, and for
     stochastic modes one random stream). `staging` keeps the flat buffer of each layout
     between calls, so a training loop copies in and out with two `_foreach_copy_` calls
     and rounds the buffer in place, instead of building and splitting a new one each step.
+    `observe`, when given, sees each group's tensors and their rounded values just before
+    the write-back (no extra copy or rounding: what it sees is what is stored).
     """
     groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
     for t in tensors:
@@ -48,7 +62,10 @@ def round_in_place(tensors: list[torch.Tensor], rounder: Rounder, staging: Stagi
             groups.setdefault((t.dtype, t.device), []).append(t)
     for (dtype, device), ts in groups.items():
         if len(ts) == 1:
-            ts[0].copy_(rounder(ts[0]))
+            y = rounder(ts[0])
+            if observe is not None:
+                observe(ts, [y])
+            ts[0].copy_(y)
             continue
         key = (dtype, device, *(t.shape for t in ts))
         entry = staging.get(key) if staging is not None else None
@@ -60,6 +77,8 @@ def round_in_place(tensors: list[torch.Tensor], rounder: Rounder, staging: Stagi
         flat, views = entry
         torch._foreach_copy_(views, ts)
         rounder.round_into(flat)
+        if observe is not None:
+            observe(ts, list(views))
         torch._foreach_copy_(ts, views)
 
 
@@ -91,6 +110,13 @@ class QuantizedOptimizer:
             value (so saturating formats such as posits back off too).
         seed: seeds the streams of stochastic categories (else drawn from
             torch's global generator once).
+
+    ``observer`` (attribute, default None) lets a diagnostic watch the numbers of each
+    step without changing them (`anynum.nn.observe` sets it): an object with
+    ``step_started(optimizer)``, called when a step is about to update (after the
+    loss-scale check), and ``rounded(category, before, after)``, called for every group
+    of tensors rounded in place, with category ``"grad"``, ``"state"``, ``"accumulator"``
+    or ``"weight"``, the tensors before rounding and their rounded values.
 
     Every state tensor must belong to a category when any state category is
     set; an unknown one raises AnynumError naming it (add it to `state=`).
@@ -126,6 +152,14 @@ class QuantizedOptimizer:
                 f"QuantizedOptimizer wraps a torch.optim.Optimizer, got {type(optimizer).__name__}."
             )
         self.optimizer = optimizer
+        check_seed(seed, "QuantizedOptimizer")
+        if state is not None and not isinstance(state, Mapping):
+            raise AnynumError(
+                f"QuantizedOptimizer state= takes a dict {{state_name: format or None}}, got "
+                f"{type(state).__name__}; e.g. state={{'exp_avg': 'bf16'}}."
+            )
+        if master_weights is not None:
+            check_flag(master_weights, "master_weights", "QuantizedOptimizer")
 
         def r(value: NumberLike, k: int) -> Rounder | None:
             return resolve_number(value, rounding, None if seed is None else seed + k)
@@ -146,6 +180,7 @@ class QuantizedOptimizer:
         self.skipped_last_step = False
         self._scaled = False
         self._staging: Staging = {}  # see round_in_place
+        self.observer: Any = None  # see the class docstring
 
     # --- delegation -----------------------------------------------------------------------
     @property
@@ -243,8 +278,10 @@ class QuantizedOptimizer:
             self.loss_scale.update(True)
             self.skipped_last_step = True
             return loss
+        if self.observer is not None:
+            self.observer.step_started(self)
         if self.grad is not None:
-            round_in_place(grads, self.grad, self._staging)
+            self._round(grads, self.grad, "grad")
         if scale != 1.0:
             torch._foreach_mul_(grads, 1.0 / scale)
         if self.master_weights:
@@ -260,11 +297,11 @@ class QuantizedOptimizer:
             for p, m in zip(params, masters):
                 m.copy_(p)
             if self.accumulator is not None:
-                round_in_place(masters, self.accumulator, self._staging)
+                self._round(masters, self.accumulator, "accumulator")
             for p, m in zip(params, masters):
                 p.copy_(m)
         if self.weight is not None:
-            round_in_place(params, self.weight, self._staging)
+            self._round(params, self.weight, "weight")
             for p in params:  # so that the model's own weight rounding can skip them (round_weight)
                 self.weight.mark_on_grid(p)
         self.loss_scale.update(False)
@@ -280,7 +317,18 @@ class QuantizedOptimizer:
             if rounder is not None:
                 groups.setdefault(rounder, []).append(value)
         for rounder, tensors in groups.items():
+            self._round(tensors, rounder, "state")
+
+    def _round(self, tensors: list[torch.Tensor], rounder: Rounder, category: str) -> None:
+        observer = self.observer
+        if observer is None:
             round_in_place(tensors, rounder, self._staging)
+            return
+
+        def observe(before: list[torch.Tensor], after: list[torch.Tensor]) -> None:
+            observer.rounded(category, before, after)
+
+        round_in_place(tensors, rounder, self._staging, observe)
 
     # --- audit ----------------------------------------------------------------------------
     def grid_checks(self) -> Iterator[tuple[str, str, torch.Tensor, Rounder]]:
@@ -309,23 +357,39 @@ class QuantizedOptimizer:
         return {k: v for k, v in named.items() if v is not None}
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped optimizer's state plus master weights, loss scale and random streams."""
+        """The wrapped optimizer's state plus master weights, loss scale and random streams.
+
+        Tensors, numbers and strings only (loads with ``torch.load(weights_only=True)``);
+        the streams of stochastic categories sit under ``"rng"`` as
+        ``"<category>.<field>"`` entries (`anynum.nn.streams`), so a resumed run is
+        bit-identical to the uninterrupted one.
+        """
         return {
             "optimizer": self.optimizer.state_dict(),
             "master": [self.master.get(p) for p in self._params()],
             "loss_scale": self.loss_scale.state_dict(),
-            "rng": {k: r.state_dict() for k, r in self._rounders().items()},
+            "rng": stream_state(self._rounders()),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict` saved, bit for bit."""
+        """Restore what `state_dict` saved, bit for bit.
+
+        A state without ``"rng"`` (written before streams were saved) leaves the
+        streams where they are: the run continues reproducibly, but not bit for bit
+        like the uninterrupted one.
+        """
+        if not isinstance(state, Mapping) or "optimizer" not in state:
+            got = f"a dict with keys {sorted(state)}" if isinstance(state, Mapping) else type(state).__name__
+            raise AnynumError(
+                "QuantizedOptimizer.load_state_dict expects what QuantizedOptimizer.state_dict() "
+                f"returns (a dict with 'optimizer', 'master', 'loss_scale', 'rng'), got {got}; "
+                "to load a plain torch optimizer state, call opt.optimizer.load_state_dict(state)."
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.master = {}
-        for p, m in zip(self._params(), state["master"]):
+        for p, m in zip(self._params(), state.get("master", [])):
             if m is not None:
                 self.master[p] = m.detach().clone().to(device=p.device, dtype=p.dtype)
-        self.loss_scale.load_state_dict(state["loss_scale"])
-        rounders = self._rounders()
-        for k, s in state.get("rng", {}).items():
-            if k in rounders:
-                rounders[k].load_state_dict(s)
+        if "loss_scale" in state:
+            self.loss_scale.load_state_dict(state["loss_scale"])
+        load_stream_state(self._rounders(), state.get("rng", {}), "QuantizedOptimizer.load_state_dict")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from anynum._bits import layout
 from anynum.errors import InputError, RepresentabilityError
 from anynum.formats.base import Format
 from anynum.formats.block import Block
@@ -30,6 +31,7 @@ __all__ = [
     "NUMPY_FLOATS",
     "TORCH_FLOATS",
     "check_out",
+    "check_overflow_fits",
     "check_rand_bits",
     "check_representable",
     "check_tensor",
@@ -149,3 +151,42 @@ def check_representable(fmt: Format, dtype: torch.dtype) -> None:
             f"{fmt.display_name()} cannot be held exactly in {dtype}: {'; '.join(problems)}. "
             "Quantize a float64 tensor instead."
         )
+
+
+@functools.lru_cache(maxsize=512)
+def check_overflow_fits(fmt: Format, overflow: str, dtype: torch.dtype) -> None:
+    """Raise RepresentabilityError where the overflow policy itself yields values `dtype` cannot hold.
+
+    ``overflow="saturate"`` sends ±inf to ±max, and ``"wrap"`` can give any code of
+    the format; a result that the input dtype cannot hold would come back as ±inf
+    or rounded a second time. (FP64 saturating on float32 inputs, uint16 wrapping on
+    float16.)
+
+    >>> import anynum as an
+    >>> check_overflow_fits(an.E4M3FN, "saturate", torch.float16) is None
+    True
+    """
+    if isinstance(fmt, Block):
+        return
+    info = torch.finfo(dtype)
+    if overflow == "saturate" and (fmt.max > info.max or not _in_dtype(fmt.max, dtype)):
+        other = " such as overflow='inf'" if fmt.has_inf else ""
+        raise RepresentabilityError(
+            f"overflow='saturate' turns ±inf into ±{fmt.max!r}, the largest value of {fmt.display_name()}, "
+            f"which {dtype} cannot hold; quantize a wider tensor (x.double()) or choose another "
+            f"policy{other}."
+        )
+    if overflow == "wrap":
+        widest = max(abs(int(getattr(fmt, "code_min", 0))), abs(int(getattr(fmt, "code_max", 0))))
+        if widest > 2 ** (layout(dtype).man_bits + 1) or fmt.max > info.max:
+            raise RepresentabilityError(
+                f"overflow='wrap' can give any value of {fmt.display_name()}, and {dtype} cannot hold "
+                f"them all exactly (codes up to {widest}); quantize a wider tensor, or use "
+                "overflow='saturate'."
+            )
+
+
+# Under torch.compile this check runs at trace time, as a constant (None or an error), instead of
+# being traced: see `anynum.formats.base` for why the attribute is set by hand.
+# Dynamo looks through the lru_cache wrapper, so the mark goes on the function it wraps.
+check_representable.__wrapped__._dynamo_marked_constant = True  # type: ignore[attr-defined]

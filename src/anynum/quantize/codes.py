@@ -34,6 +34,8 @@ def encode(x: Any, fmt: Format | str, rounding: RoundingLike = "nearest", **kwar
     one raises `FormatError`. Block formats return `BlockCodes` (element codes, the
     scale codes of every block, and the per-tensor scale code); a NaN block has the
     scale format's NaN code and, where the element has none, element codes 0.
+    Codes of 64-bit formats (FP64) are their bit patterns held in int64: negative
+    where the top (sign) bit is set, as ``x.view(torch.int64)`` gives them.
 
     >>> import anynum as an, torch
     >>> an.encode(torch.tensor([1.0, -2.0, 448.0]), an.E4M3FN).tolist()
@@ -75,6 +77,8 @@ def _valid_codes(codes: Any, fmt: Format) -> torch.Tensor:
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise InputError(f"decode needs integer codes, got dtype {t.dtype}.")
     t = t.to(torch.int64)
+    if fmt.bits >= 64:  # every int64 is a 64-bit pattern (see `encode`)
+        return t
     if t.numel() and not 0 <= int((mm := torch.aminmax(t)).min) <= int(mm.max) < (1 << fmt.bits):
         raise InputError(f"codes of {fmt.display_name()} lie in [0, 2**{fmt.bits}); got values outside.")
     return t

@@ -6,6 +6,7 @@ Checks the arguments, dispatches on the array type, rounds through the router
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from anynum.kernels.route import round_tensor
 from anynum.quantize.checks import (
     NUMPY_FLOATS,
     check_out,
+    check_overflow_fits,
     check_rand_bits,
     check_representable,
     check_tensor,
@@ -70,6 +72,7 @@ def quantize_tensor(
     """
     check_tensor(x)
     check_representable(fmt, x.dtype)
+    check_overflow_fits(fmt, overflow, x.dtype)
     check_out(out, x)
     with torch.no_grad():
         y = round_tensor(fmt, x.detach(), mode, overflow, rng, rand_bits, out)
@@ -78,6 +81,24 @@ def quantize_tensor(
     if x.requires_grad and torch.is_grad_enabled():
         return _StraightThrough.apply(x, y)
     return y
+
+
+def _as_custom_op(
+    x: torch.Tensor, fmt: Format, mode: Rounding, overflow: str, seed: int | None, rand_bits: int | None
+) -> torch.Tensor:
+    """`quantize` inside torch.compile/torch.export: one opaque ``anynum::`` op (`anynum.kernels.customop`).
+
+    Deterministic modes and stochastic ones with an explicit ``seed=`` stay in the graph;
+    a stochastic call without a seed draws one here, which the compiler cannot trace.
+    """
+    check_tensor(x)
+    check_representable(fmt, x.dtype)
+    if not mode.is_stochastic:
+        return torch.ops.anynum.round(x, fmt.canonical_name, mode.value, overflow, rand_bits or 0)
+    if seed is None:  # drawn here, as eager `quantize` does: a graph break, as documented
+        seed = random.getrandbits(62)
+    name = fmt.canonical_name
+    return torch.ops.anynum.round_seeded(x, name, mode.value, overflow, rand_bits or 0, int(seed))
 
 
 def _quantize_foreign(
@@ -175,6 +196,8 @@ def quantize(
     policy = fmt.check_overflow(overflow)
     check_rand_bits(rand_bits, mode)
     if isinstance(x, torch.Tensor):
+        if torch.compiler.is_compiling() and out is None and generator is None:
+            return _as_custom_op(x, fmt, mode, policy, seed, rand_bits)
         rng = make_random_source(generator, seed, x.device) if mode.is_stochastic else None
         return quantize_tensor(x, fmt, mode, policy, rng, rand_bits, out)
     if is_jax_array(x) or is_dask_array(x):

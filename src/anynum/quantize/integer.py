@@ -64,6 +64,8 @@ def quantize_int(
         raise InputError(f"quantize_int needs a torch tensor, got {type(x).__name__}.")
     check_tensor(x, "quantize_int")
     mode = parse_rounding(rounding)
+    if not isinstance(symmetric, bool):
+        raise InputError(f"quantize_int(symmetric=...) must be True or False, got {symmetric!r}.")
     if symmetric and not fmt.signed:
         raise InputError("symmetric quantization needs a signed IntFormat; use symmetric=False for unsigned.")
     xd = x.detach().to(torch.float64)
@@ -72,7 +74,12 @@ def quantize_int(
     if axis is None:
         reduce_dims: list[int] = list(range(xd.dim()))
     else:
-        if not -xd.dim() <= axis < max(xd.dim(), 1):
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise InputError(f"quantize_int(axis=...) must be an int or None, got {axis!r}.")
+        if xd.dim() == 0:
+            raise InputError("quantize_int(axis=...) needs a tensor with at least one dimension; "
+                             "a 0-d tensor has no channels (use axis=None).")
+        if not -xd.dim() <= axis < xd.dim():
             raise InputError(f"axis {axis} is out of range for a {xd.dim()}-d tensor.")
         axis = axis % xd.dim()
         reduce_dims = [d for d in range(xd.dim()) if d != axis]
@@ -106,6 +113,15 @@ def quantize_int(
 
 
 def dequantize_int(q: IntQuantized, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Values ``(codes - zero_point) * scale`` of an `IntQuantized` (in `dtype`, default the scale's)."""
+    """Values ``(codes - zero_point) * scale`` of an `IntQuantized` (in `dtype`, default the scale's).
+
+    >>> import torch, anynum as an
+    >>> [round(v, 4) for v in an.dequantize_int(an.quantize_int(torch.tensor([-1.0, 2.0]), 8)).tolist()]
+    [-1.0079, 2.0]
+    """
+    if not isinstance(q, IntQuantized):
+        raise InputError(
+            f"dequantize_int needs the IntQuantized that quantize_int returns, got {type(q).__name__}."
+        )
     dtype = dtype or q.scale.dtype
     return ((q.codes - q.zero_point).to(torch.float64) * q.scale.to(torch.float64)).to(dtype)

@@ -9,6 +9,7 @@ the compat facades all round through Rounders.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -17,9 +18,10 @@ from anynum.errors import AnynumError
 from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.registry import format as lookup_format
+from anynum.kernels.customop import register_stream
 from anynum.kernels.route import Plan, plan_for
 from anynum.kernels.settings import compile_mode
-from anynum.quantize.checks import TORCH_FLOATS, check_rand_bits, check_representable
+from anynum.quantize.checks import TORCH_FLOATS, check_overflow_fits, check_rand_bits, check_representable
 from anynum.rounding import RandomSource, Rounding, RoundingLike, make_random_source, parse_rounding
 
 __all__ = ["Rounder"]
@@ -85,6 +87,9 @@ class Rounder:
         if generator is not None:
             self._generators[generator.device] = generator
         self._checked: set[torch.dtype] = set()
+        self.spec = self.fmt.canonical_name  # how a traced graph names the format
+        self._stream: int | None = None  # the random stream's id for compiled graphs
+        self._register_stream()
         self._plans: dict[tuple[torch.dtype, str, str], Plan] = {}  # by (dtype, device type, switch)
 
     def __repr__(self) -> str:
@@ -123,6 +128,7 @@ class Rounder:
             )
         with torch.device("cpu"):  # callers may be building modules under torch.device("meta")
             check_representable(self.fmt, dtype)
+            check_overflow_fits(self.fmt, self.overflow, dtype)
         self._checked.add(dtype)
 
     def plan(self, dtype: torch.dtype, device: str) -> Plan:
@@ -144,9 +150,25 @@ class Rounder:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # What `quantize` does, minus the argument checks this object did once at construction.
+        if torch.compiler.is_compiling():
+            return self._as_custom_op(x)
+        if not isinstance(x, torch.Tensor):
+            raise AnynumError(
+                f"a Rounder rounds torch tensors, got {type(x).__name__}; use an.quantize for NumPy, "
+                "JAX and Dask arrays."
+            )
         plan = self.plan(x.dtype, x.device.type)
-        with torch.no_grad():
-            return plan.run(x.detach(), self._rng(x.device))
+        # Kernels build no autograd graph from a tensor that does not require grad.
+        return plan.run(x.detach() if x.requires_grad else x, self._rng(x.device))
+
+    def _as_custom_op(self, x: torch.Tensor) -> torch.Tensor:
+        """The same rounding as one opaque ``anynum::`` op, for torch.compile and torch.export."""
+        rand_bits = self.rand_bits or 0
+        if not self.mode.is_stochastic:
+            return torch.ops.anynum.round(x, self.spec, self.mode.value, self.overflow, rand_bits)
+        assert self._stream is not None
+        stream = self._stream
+        return torch.ops.anynum.round_stream(x, self.spec, self.mode.value, self.overflow, rand_bits, stream)
 
     def round_into(self, x: torch.Tensor) -> None:
         """Round `x` in place (the values of ``self(x)``, written without a second buffer where the
@@ -202,9 +224,19 @@ class Rounder:
             ok |= torch.isnan(xd)
         return ok
 
-    # Generators are plain state; pickling/deepcopy keep the stream position. Plans are caches.
+    # Generators are plain state; pickling/deepcopy keep the stream position. Plans and the
+    # compiled graphs' stream registration belong to this object in this process.
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_plans": {}}
+        return {**self.__dict__, "_plans": {}, "_stream": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._register_stream()
+
+    def _register_stream(self) -> None:
+        # Registered up front: a compiled graph cannot trace the registration itself.
+        if self.mode.is_stochastic:
+            self._stream = register_stream(self, _StreamOf(self))
 
     def state_dict(self) -> dict[str, Any]:
         return {str(d): g.get_state() for d, g in self._generators.items()}
@@ -212,3 +244,18 @@ class Rounder:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for d, s in state.items():
             self.generator(torch.device(d)).set_state(s)
+
+
+class _StreamOf:
+    """The random stream of a Rounder for ``anynum::round_stream``, without keeping the Rounder alive."""
+
+    def __init__(self, rounder: Rounder) -> None:
+        self.rounder = weakref.ref(rounder)
+
+    def __call__(self, device: torch.device) -> RandomSource:
+        rounder = self.rounder()
+        if rounder is None:
+            raise RuntimeError("anynum: the Rounder of this random stream no longer exists")
+        rng = rounder._rng(device)
+        assert rng is not None
+        return rng

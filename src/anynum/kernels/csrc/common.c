@@ -121,7 +121,7 @@ typedef struct { /* Table: the arrays of Table.lookup(cpu) */
     const double *values, *bound;
     const int64_t *bound_exact; /* 0 or 1 (int64: gathers of bytes do not vectorise) */
     int64_t size, first_nonneg, zero_index;
-    int32_t ties, underflow_saturate, infinity_nan, pad;
+    int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan, pad;
 } any_table;
 
 typedef struct { /* Block: scale rule, then the element format's own rounding */

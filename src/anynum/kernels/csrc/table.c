@@ -21,6 +21,18 @@ ANY_INLINE int64_t table_tie_up(const int TIES, double lo, double hi, double x, 
     return alo == ahi ? positive : bigger;
 }
 
+/* kernels.table._finish: with signed_zero a zero result takes the sign of v (x, NaN read as 0);
+   then NaN where due. signed_zero is 0.0 or 1.0 (a double flag: no mask conversions). */
+ANY_INLINE double table_finish(double y, double v, int64_t nan, double signed_zero) {
+    y = ((y == 0.0) & (signed_zero != 0.0)) ? copysign(y, v) : y;
+    return y + (nan ? (double)NAN : -0.0); /* y + -0.0 is y, -0 included (y + +0.0 is not) */
+}
+
+/* NaN results: NaN inputs, infinities under infinity="nan", negatives under negative="nan" */
+ANY_INLINE int64_t table_nan(double x, double v, double inf_is_nan, double neg_nan) {
+    return (x != x) | (fabs(x) == inf_is_nan) | (v < neg_nan);
+}
+
 /* (x - lo) / (hi - lo) without overflow, clamped to [0, 1) (table._probability) */
 ANY_INLINE double table_probability(double x, double lo, double hi) {
     int big = (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000);
@@ -54,13 +66,15 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
     const double v_above_zero = zero_sat >= 0 ? vals[above_zero] : 0.0;
     const double v_below_zero = zero_sat >= 0 ? vals[below_zero] : 0.0;
     const double inf_is_nan = t->infinity_nan ? INFINITY : NAN; /* |x| == NaN never holds */
+    const double neg_nan = t->negative_nan ? 0.0 : -INFINITY;    /* v < -inf never holds */
+    const double signed_zero = t->signed_zero ? 1.0 : 0.0;
     const int64_t first_nonneg = t->first_nonneg;
     int64_t und = 0;
     for (int64_t i = 0; i < n; i++) {
         double x = xo[i];
         double v = xs[i];
         int u = 0; /* exact SR left undecided: the input goes back untouched, the caller refines it */
-        int64_t nan = (x != x) | (fabs(x) == inf_is_nan);
+        int64_t nan = table_nan(x, v, inf_is_nan, neg_nan);
         int64_t j = pos[i]; /* vals[j] <= x < vals[j + 1] */
         int64_t below = j < 0;
         int64_t jj = j < 0 ? 0 : (j > size - 2 ? size - 2 : j);
@@ -74,8 +88,11 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
             double fb = fb_t[i];
             int64_t tie = (be_t[i] != 0) & (v == fb);
             int64_t up_nearest = ((v > fb) & !tie) | (tie & table_tie_up(TIES, lo, hi, v, hi_rank_even));
-            /* toward zero: the neighbour on zero's side; at +-0 (0 not in the table) the nearer */
-            up = M == M_RZ ? (v == 0.0 ? up_nearest : (int64_t)(v < 0.0)) : up_nearest;
+            /* toward zero: the neighbour on zero's side; across a gap that straddles zero (0 not
+               in the table) neither is: keep x's sign (monotone, no sign flips) */
+            int64_t straddle = (lo < 0.0) & (hi > 0.0);
+            int64_t positive = (f64_bits(v) >> 63) == 0;
+            up = M == M_RZ ? (straddle ? positive : (int64_t)(v < 0.0)) : up_nearest;
         } else if (M == M_RU) {
             up = 1;
         } else if (M == M_RD) {
@@ -113,7 +130,7 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
         int64_t to_zero = idx == zero_sat; /* underflow="saturate": nonzero inputs leave zero */
         y = (to_zero & (v > 0.0)) ? v_above_zero : y;
         y = (to_zero & (v < 0.0)) ? v_below_zero : y;
-        y = y + (nan ? (double)NAN : 0.0);
+        y = table_finish(y, v, nan, signed_zero);
         yout[i] = u ? x : y;
         und += u;
     }
@@ -162,6 +179,8 @@ ANY_INLINE void table_nearest_small(const double *xin, double *yout, int64_t n, 
     const int64_t above_zero = zero_sat + 1 < size ? zero_sat + 1 : zero_sat;
     const int64_t below_zero = zero_sat >= 1 ? zero_sat - 1 : zero_sat;
     const double inf_is_nan = t->infinity_nan ? INFINITY : NAN;
+    const double neg_nan = t->negative_nan ? 0.0 : -INFINITY;
+    const double signed_zero = t->signed_zero ? 1.0 : 0.0;
     double yt[TABLE_TILE];
     for (int64_t i = 0; i < n; i++) {
         double x = xin[i], v = xs[i];
@@ -169,8 +188,7 @@ ANY_INLINE void table_nearest_small(const double *xin, double *yout, int64_t n, 
         int64_t to_zero = j == zero_sat; /* underflow="saturate": nonzero inputs leave zero */
         j = (to_zero & (v > 0.0)) ? above_zero : j;
         j = (to_zero & (v < 0.0)) ? below_zero : j;
-        int64_t nan = (x != x) | (fabs(x) == inf_is_nan);
-        yt[i] = vals[j] + (nan ? (double)NAN : 0.0);
+        yt[i] = table_finish(vals[j], v, table_nan(x, v, inf_is_nan, neg_nan), signed_zero);
     }
     memcpy(yout, yt, (size_t)n * sizeof(double));
 }
@@ -193,11 +211,10 @@ ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any
     }
     if (size == 1) {
         const double inf_is_nan = t->infinity_nan ? INFINITY : NAN;
-        for (int64_t i = 0; i < n; i++) {
-            double x = xo[i];
-            int nan = (x != x) | (fabs(x) == inf_is_nan);
-            yout[i] = vals[0] + (nan ? (double)NAN : 0.0);
-        }
+        const double neg_nan = t->negative_nan ? 0.0 : -INFINITY;
+        const double signed_zero = t->signed_zero ? 1.0 : 0.0;
+        for (int64_t i = 0; i < n; i++)
+            yout[i] = table_finish(vals[0], xs[i], table_nan(xo[i], xs[i], inf_is_nan, neg_nan), signed_zero);
         return;
     }
     /* pos: j with vals[j] <= x < vals[j + 1] (-1 below the table): small tables count the values

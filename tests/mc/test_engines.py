@@ -1,0 +1,308 @@
+"""The int8 and float matrix-product engines: the shared proven bound against an exact oracle,
+agreement with each other, the float engine's plan and native/torch paths, and the engine choice.
+
+The bound (proven in `anynum.mc.linalg`): for nc = 2 and k <= 2**17, without overflow or
+underflow, ``|C' - C| <= 2 u^2 |C| + 32 nA nB u^2 k 2**(e_r + f_c)`` per entry, with e_r the
+smallest integer above every component of row r of A (``|a| < 2**e_r``), f_c likewise for
+column c of B.  Underflowing lower components (float16) get an absolute slack of one smallest
+subnormal per component, as documented.  The oracle is exact rational arithmetic on the raw
+components; nothing here calls anynum to compute an expected value.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+from oracle import DTYPES, PREC, exact, tiny
+
+from anynum import mc
+from anynum.errors import AnynumError
+from anynum.mc import cslices, engine, ozaki_float
+
+ENGINES = ("int8", "float")
+
+
+# ----------------------------------------------------------------- inputs
+def _values(kind: str, shape: tuple[int, int], dtype: torch.dtype, g: torch.Generator,
+            side: str) -> torch.Tensor:
+    """float64 values of one operand for the input kinds of the brief."""
+    v = torch.randn(*shape, dtype=torch.float64, generator=g)
+    if kind == "random":
+        return v * torch.exp2(torch.randint(-4, 5, shape, generator=g).double())
+    if kind == "spread":  # exponents spread over a wide range inside every row and column
+        span = {torch.float16: 6, torch.bfloat16: 40, torch.float32: 40, torch.float64: 300}[dtype]
+        return v * torch.exp2(torch.randint(-span, span + 1, shape, generator=g).double())
+    if kind == "cancel":  # A's rows come in +/- pairs of columns: the products cancel almost fully
+        if side == "a":
+            half = v[:, : shape[1] // 2]
+            out = torch.cat([half, -half * (1 + 2.0**-20)], dim=1)
+            return out[:, : shape[1]] if out.shape[1] >= shape[1] else torch.cat([out, v[:, -1:]], 1)
+        return torch.ones(shape, dtype=torch.float64) + 2.0**-10 * v
+    if kind == "subnormal":  # A's entries near the bottom of the range, B's large
+        lo = {torch.float16: -20, torch.bfloat16: -130, torch.float32: -140, torch.float64: -1060}[dtype]
+        hi = {torch.float16: 4, torch.bfloat16: 100, torch.float32: 100, torch.float64: 900}[dtype]
+        e = lo if side == "a" else hi
+        return v * torch.exp2(torch.tensor(float(e)) + torch.randint(-3, 4, shape, generator=g).double())
+    raise ValueError(kind)
+
+
+def _operands(kind: str, dtype: torch.dtype, nb: int, seed: int, m: int = 6, k: int = 40, n: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    a = mc.MCTensor(_values(kind, (m, k), dtype, g, "a"), 2, dtype=dtype)
+    bv = _values(kind, (k, n), dtype, g, "b")
+    b = mc.MCTensor(bv, 2, dtype=dtype) if nb == 2 else bv.to(dtype)
+    return a, b
+
+
+def _rows(x) -> list[list[list[Fraction]]]:
+    """Exact component values, [row][col][component]."""
+    comps = x.components() if isinstance(x, mc.MCTensor) else (x,)
+    r, c = comps[0].shape
+    vals = [c_.detach().double().reshape(-1).tolist() for c_ in comps]
+    return [[[Fraction(v[i * c + j]) for v in vals] for j in range(c)] for i in range(r)]
+
+
+def _exp_above(vals) -> int:
+    """Smallest integer e with |v| < 2**e for every v (0 if all are zero)."""
+    mx = max((abs(v) for v in vals), default=Fraction(0))
+    if mx == 0:
+        return 0
+    e = mx.numerator.bit_length() - mx.denominator.bit_length()
+    while Fraction(2) ** e <= mx:
+        e += 1
+    while e > -2000 and Fraction(2) ** (e - 1) > mx:
+        e -= 1
+    return e
+
+
+def _check_bound(a, b, got, dtype) -> float:
+    """Assert the proven bound entrywise; return the worst error in units of the bound."""
+    A, B = _rows(a), _rows(b)
+    m, k, n = len(A), len(B), len(B[0])
+    na, nb = len(A[0][0]), len(B[0][0])
+    u2 = Fraction(1, 2 ** (2 * PREC[dtype]))
+    er = [_exp_above([c for row in A[i] for c in row]) for i in range(m)]
+    fc = [_exp_above([c for t in range(k) for c in B[t][j]]) for j in range(n)]
+    gv = exact(got.components())
+    worst = 0.0
+    for i in range(m):
+        for j in range(n):
+            want = sum(sum(A[i][t]) * sum(B[t][j]) for t in range(k))
+            bound = (2 * u2 * abs(want) + 32 * na * nb * u2 * k * Fraction(2) ** (er[i] + fc[j])
+                     + 2 * tiny(dtype))
+            err = abs(gv[i * n + j] - want)
+            assert err <= bound, (i, j, float(err / bound))
+            worst = max(worst, float(err / bound))
+    return worst
+
+
+# ----------------------------------------------------------------- the shared bound
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["random", "cancel", "spread", "subnormal"])
+@pytest.mark.parametrize("nb", [1, 2])
+def test_engines_within_the_shared_bound_and_agree(dtype, kind, nb):
+    a, b = _operands(kind, dtype, nb, seed=hash((kind, str(dtype), nb)) % 2**31)
+    res = {e: mc.matmul(a, b, engine=e) for e in ENGINES}
+    for e in ENGINES:
+        _check_bound(a, b, res[e], dtype)
+    # against each other: both within the bound of the exact product, so within twice of each other
+    d = (res["int8"] - res["float"]).to_tensor(torch.float64).abs()
+    assert torch.isfinite(d).all()
+
+
+def test_engines_exact_on_integer_products():
+    """Small integers: every product and sum is exact, so both engines return the exact result."""
+    g = torch.Generator().manual_seed(4)
+    A = torch.randint(-1000, 1000, (7, 64), generator=g).double()
+    B = torch.randint(-1000, 1000, (64, 3), generator=g).double()
+    want = A @ B  # exact in float64 (|entries| < 2**27)
+    for dtype in (torch.float32, torch.float64):
+        for e in ENGINES:
+            r = mc.matmul(mc.MCTensor(A, 2, dtype=dtype), B.to(dtype), engine=e)
+            assert torch.equal(r.to_tensor(torch.float64), want), (dtype, e)
+
+
+@pytest.mark.parametrize("e", ENGINES)
+def test_engines_nc3_against_oracle(e):
+    """nc = 3: the renormalised result, against exact rationals (measured bound, docs/mc.md)."""
+    g = torch.Generator().manual_seed(5)
+    A = torch.randn(4, 30, dtype=torch.float64, generator=g)
+    B = torch.randn(30, 3, dtype=torch.float64, generator=g)
+    a, b = mc.MCTensor(A, 3, dtype=torch.float32), mc.MCTensor(B, 3, dtype=torch.float32)
+    got = exact(mc.matmul(a, b, engine=e).components())
+    Ar, Br = _rows(a), _rows(b)
+    u3 = Fraction(1, 2**72)
+    for i in range(4):
+        for j in range(3):
+            want = sum(sum(Ar[i][t]) * sum(Br[t][j]) for t in range(30))
+            scale = sum(abs(sum(Ar[i][t]) * sum(Br[t][j])) for t in range(30))
+            assert abs(got[i * 3 + j] - want) <= 8 * u3 * scale
+
+
+# ----------------------------------------------------------------- the float engine
+@pytest.mark.parametrize("k", [1, 7, 200, 4096, 1 << 17, 1 << 22])
+@pytest.mark.parametrize("na,nb", [(1, 1), (1, 2), (2, 2)])
+@pytest.mark.parametrize("target", [22, 48, 106])
+def test_float_engine_plan(k, na, nb, target):
+    """Exact level sums fit in 53 bits; the tail bound meets the target; S is the smallest such."""
+    S, beta, kb = ozaki_float.plan(k, na, nb, target)
+    assert 1 <= kb <= k
+    assert max(S, 1) * kb * na * nb * 2.0 ** (2 * beta) <= 2.0**53
+    tail = 2 * (S + 1) ** 2 * kb * na * nb * max(na, nb) * 2.0 ** (-53 - S * beta)
+    assert tail <= 2.0 ** (-target - 4)
+    if S and kb == k:  # one slice fewer would not do
+        b2 = (53 - math.ceil(math.log2(max(S - 1, 1) * kb * na * nb))) // 2
+        assert 2 * S**2 * kb * na * nb * max(na, nb) * 2.0 ** (-53 - (S - 1) * b2) > 2.0 ** (-target - 4)
+
+
+def test_float_engine_blocked_inner_dimension(monkeypatch):
+    """With at most S = 0 allowed the inner dimension is cut into blocks: still within the bound."""
+    monkeypatch.setattr(ozaki_float, "_S_MAX", 0)
+    a, b = _operands("random", torch.float32, 2, seed=8, k=23)
+    assert ozaki_float.plan(23, 1, 1, 48)[2] < 23
+    _check_bound(a, b, mc.matmul(a, b, engine="float"), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_engine_native_and_torch_slicing_identical(dtype, monkeypatch):
+    """The C slicer writes the torch slicer's bits (rows with zeros, subnormals, strides, k > 512)."""
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")  # CI runs with "0"; the C kernels are what is tested
+    g = torch.Generator().manual_seed(9)
+    for k in (5, 300, 1100):
+        v = torch.randn(7, k, dtype=torch.float64, generator=g)
+        v = v * torch.exp2(torch.randint(-30, 30, (7, k), generator=g).double())
+        v[0] = 0
+        v[1, :3] = 2.0**-1070 if dtype == torch.float64 else 2.0**-140
+        comps = mc.MCTensor(v, 2, dtype=dtype).components() if dtype == torch.float32 else (v,)
+        for cc in (comps, tuple(c.T.contiguous().T for c in comps)):
+            assert cslices.available(cc)
+            as64 = tuple(ozaki_float._as_f64(cc, PREC[dtype]))
+            for S in (0, 1, 2, 4):
+                native_ = (*ozaki_float._slice_left(cc, True, S, 20),
+                           *ozaki_float._slice_right(cc, True, S, 20))
+                torch_ = (*ozaki_float._slice_left(as64, False, S, 20),
+                          *ozaki_float._slice_right(as64, False, S, 20))
+                for x, y in zip(native_, torch_):
+                    assert (x is None and y is None) or torch.equal(x.view(torch.int64), y.view(torch.int64))
+
+
+def test_float_engine_native_and_torch_products(monkeypatch):
+    """GEMM path: same slices, same GEMMs, same bits; the fused matrix-vector kernel sums the
+    tail in another order: within the bound."""
+    a, b = _operands("random", torch.float32, 2, seed=10)
+    v = mc.MCTensor(torch.randn(40, 1, dtype=torch.float64), 2, dtype=torch.float32)
+    native_mm, native_mv = mc.matmul(a, b, engine="float"), mc.matmul(a, v, engine="float")
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")  # the torch paths
+    torch_mm, torch_mv = mc.matmul(a, b, engine="float"), mc.matmul(a, v, engine="float")
+    for x, y in zip(native_mm.components(), torch_mm.components()):
+        assert torch.equal(x, y)
+    _check_bound(a, v, native_mv, torch.float32)
+    _check_bound(a, v, torch_mv, torch.float32)
+
+
+# ----------------------------------------------------------------- the engine choice
+@pytest.fixture
+def fresh_choice(monkeypatch):
+    monkeypatch.setattr(engine, "_DECIDED", {})
+    monkeypatch.setattr(engine, "_SETTING", ["auto"])
+    monkeypatch.delenv(engine.ENV, raising=False)
+    calls = []
+
+    def fake(times):
+        def probe(device):
+            calls.append(device)
+            return times
+        monkeypatch.setattr(engine, "probe", probe)
+
+    return fake, calls
+
+
+def test_choice_probe_fast_int8(fresh_choice):
+    fake, calls = fresh_choice
+    fake((0.001, 0.040))  # int8 GEMM 40x faster than float64: AMX-like
+    cpu = torch.device("cpu")
+    assert engine.resolve(None, cpu) == "int8"
+    assert engine.resolve(None, cpu) == "int8" and len(calls) == 1  # decided once per process
+    assert engine.decide(cpu).int8_ms == 1.0
+
+
+def test_choice_probe_slow_int8(fresh_choice):
+    fake, _ = fresh_choice
+    fake((0.001, 0.008))  # 8x: VNNI-like, and slower int8 (AVX2-only machines) likewise
+    assert engine.resolve(None, torch.device("cpu")) == "float"
+    a, b = _operands("random", torch.float32, 2, seed=11)
+    _check_bound(a, b, mc.matmul(a, b), torch.float32)  # the automatic path runs that engine
+
+
+def test_choice_threshold_and_devices(fresh_choice):
+    fake, _ = fresh_choice
+    fake((1.0, engine.INT8_ADVANTAGE))  # exactly at the threshold: float
+    assert engine.decide(torch.device("cpu")).engine == "float"
+    assert engine.decide(torch.device("cuda")).engine == "int8"  # decided without touching a GPU
+    assert engine.decide(torch.device("meta")).engine == "native"
+
+
+def test_choice_probe_without_int8_gemm(fresh_choice, monkeypatch):
+    def broken(device):
+        raise RuntimeError("_int_mm not implemented")
+
+    monkeypatch.setattr(engine, "probe", broken)
+    assert engine.decide(torch.device("cpu")).engine == "float"
+
+
+def test_forcing_precedence(fresh_choice, monkeypatch):
+    fake, calls = fresh_choice
+    fake((0.001, 0.040))
+    cpu = torch.device("cpu")
+    monkeypatch.setenv(engine.ENV, "float")
+    assert engine.resolve(None, cpu) == "float" and not calls  # env forces, no probe
+    assert engine.report()["reason"] == f"forced ({engine.ENV})"
+    mc.set_matmul_engine("wide")
+    assert engine.resolve(None, cpu) == "wide"  # set_matmul_engine over the environment
+    assert engine.resolve("int8", cpu) == "int8"  # engine= over both
+    mc.set_matmul_engine("auto")
+    monkeypatch.setenv(engine.ENV, "auto")
+    assert engine.resolve(None, cpu) == "int8"
+
+
+def test_bad_engine_names(fresh_choice, monkeypatch):
+    monkeypatch.setenv(engine.ENV, "fast")
+    with pytest.raises(AnynumError, match=engine.ENV):
+        engine.resolve(None, torch.device("cpu"))
+    monkeypatch.delenv(engine.ENV)
+    with pytest.raises(AnynumError, match="auto"):
+        mc.set_matmul_engine("int4")
+    a = mc.MCTensor(torch.ones(2, 2))
+    with pytest.raises(AnynumError, match="engine"):
+        mc.matmul(a, torch.ones(2, 2), engine="gpu")
+
+
+def test_real_probe_and_report():
+    t_int8, t_f64 = engine.probe(torch.device("cpu"))
+    assert t_int8 > 0 and t_f64 > 0
+    rep = engine.report()
+    assert rep["engine"] in ("int8", "float", "native", "wide")
+    assert set(rep["cpu_flags"]) <= {"avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
+                                     "amx_int8", "amx_bf16", "asimd", "i8mm", "sve"}
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_float_engine_row_chunks_across_threads_identical(n, monkeypatch):
+    """Rows are sliced (and, for vectors, multiplied) in chunks, one per thread: same bits."""
+    a, _ = _operands("spread", torch.float32, 1, seed=12, m=37, k=50)
+    b = torch.randn(50, n, dtype=torch.float64).float()
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = mc.matmul(a, b, engine="float").components()
+        monkeypatch.setattr(cslices, "_CHUNK_MIN", 64)
+        torch.set_num_threads(2)
+        assert len(cslices._chunks(37, 50)) == 2
+        two = mc.matmul(a, b, engine="float").components()
+    finally:
+        torch.set_num_threads(old)
+    for x, y in zip(one, two):
+        assert torch.equal(x, y)
