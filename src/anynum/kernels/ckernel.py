@@ -179,7 +179,7 @@ class NativeKernel(Kernel):
     """The C kernel family: CPU tensors, every format family and mode, the lowest rank."""
 
     name = "native"
-    rank = 5
+    rank = 10  # the slot of the C loop it replaced: before torch's casts (20) and compiled kernels (30)
 
     def __init__(self) -> None:
         self._params: dict[int, tuple[Call, CallParams | None]] = {}  # by id of the plan's Call
