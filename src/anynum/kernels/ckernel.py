@@ -176,7 +176,14 @@ def _round_blocks(
 
 
 class NativeKernel(Kernel):
-    """The C kernel family: CPU tensors, every format family and mode, the lowest rank."""
+    """The C kernel family: CPU tensors, every format family and mode, the first kernel tried.
+
+    >>> import anynum as an
+    >>> call = Call(an.Posit(8, 0), Rounding.STOCHASTIC, "saturate", None, torch.float32, "cpu", "counter")
+    >>> native = NativeKernel.__new__(NativeKernel); native._params = {}
+    >>> native.params(call) is not None
+    True
+    """
 
     name = "native"
     rank = 10  # the slot of the C loop it replaced: before torch's casts (20) and compiled kernels (30)

@@ -52,7 +52,12 @@ _TEMPLATES = ("scalar.c", "posit.c", "loops.c")
 
 
 def source_text() -> str:
-    """The library's C source: common parts, the templates once per working type, the drivers."""
+    """The library's C source: common parts, the templates once per working type, the drivers.
+
+    >>> text = source_text()
+    >>> "#define W float" in text and "#define W double" in text
+    True
+    """
 
     def read(name: str) -> str:
         return f"/* ---- {name} ---- */\n" + (_DIR / name).read_text(encoding="utf-8")
@@ -75,7 +80,12 @@ SOURCE = NativeSource("anynum_round", source_text(), flags=_FLAGS)
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The loaded library with its entry points typed, or None where it cannot be built."""
+    """The loaded library with its entry points typed, or None where it cannot be built.
+
+    >>> lib = library()
+    >>> lib is None or lib.anynum_pool_workers() >= 0
+    True
+    """
     lib = load(SOURCE)
     if lib is None:
         return None

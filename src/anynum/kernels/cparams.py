@@ -70,7 +70,11 @@ _GRAIN_RANDOM = 16384  # stochastic modes: the counter hash costs more than the 
 
 
 def mode_code(mode: Rounding, rand_bits: int | None) -> int:
-    """The C loop's mode number: 0..6 deterministic, 7 exact SR, 8 SR with rand_bits, 9 SR uniform."""
+    """The C loop's mode number: 0..6 deterministic, 7 exact SR, 8 SR with rand_bits, 9 SR uniform.
+
+    >>> mode_code(Rounding.TOWARD_ZERO, None), mode_code(Rounding.STOCHASTIC, 8)
+    (3, 8)
+    """
     if mode is Rounding.STOCHASTIC:
         return 7 if rand_bits is None else 8
     if mode is Rounding.STOCHASTIC_UNIFORM:
@@ -180,7 +184,13 @@ class CallParams:
 
 
 def float_params(fmt: FloatFormat, wdtype: torch.dtype, overflow: str) -> FloatParams:
-    """The C loop's view of `fmt` in working dtype `wdtype` (anynum.kernels.eager._round_float)."""
+    """The C loop's view of `fmt` in working dtype `wdtype` (anynum.kernels.eager._round_float).
+
+    >>> import anynum as an
+    >>> p = float_params(an.E4M3FN, torch.float32, "saturate")
+    >>> p.limit, p.step_scale, p.overflow
+    (448.0, 0.125, 0)
+    """
     lay = layout(wdtype)
     return FloatParams(
         step_scale=2.0**-fmt.man_bits,
@@ -201,7 +211,13 @@ def float_params(fmt: FloatFormat, wdtype: torch.dtype, overflow: str) -> FloatP
 
 
 def uniform_params(fmt: UniformFormat, wdtype: torch.dtype, overflow: str) -> UniformParams:
-    """The C loop's view of a fixed-point or integer format (anynum.kernels.eager._round_uniform)."""
+    """The C loop's view of a fixed-point or integer format (anynum.kernels.eager._round_uniform).
+
+    >>> import anynum as an
+    >>> p = uniform_params(an.FixedPoint(4, 8), torch.float32, "wrap")
+    >>> p.step, p.code_min, p.code_max, p.wrap
+    (0.00390625, -2048.0, 2047.0, 1)
+    """
     return UniformParams(
         inv_step=2.0**-fmt.step_exp,
         step=2.0**fmt.step_exp,
@@ -294,7 +310,13 @@ def call_params(
     fmt: Format, mode: Rounding, overflow: str, rand_bits: int | None, dtype: torch.dtype
 ) -> CallParams | None:
     """The resolved parameters for rounding `dtype` tensors onto `fmt`, or None where the native
-    kernels do not cover the call (other families, policies or dtypes)."""
+    kernels do not cover the call (other families, policies or dtypes).
+
+    >>> import anynum as an
+    >>> call_params(an.Posit(16, 1), Rounding.STOCHASTIC, "saturate", None, torch.bfloat16).struct.family
+    2
+    >>> call_params(an.Block(an.Posit(8, 0), 32), Rounding.NEAREST_EVEN, "saturate", None, torch.float32)
+    """
     if dtype not in DTYPE_CODES:
         return None
     wdtype = working_dtype(fmt, dtype)
