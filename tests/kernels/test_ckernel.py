@@ -95,6 +95,7 @@ OTHERS = [
     an.Table([0.1, 0.2, 0.7], ties="away", underflow="saturate", infinity="nan"),
     an.Table([-3.0, -1.0, 1.0, 2.0, 4.0], ties="up"), an.Table([-3.0, -1.0, 1.0, 2.0, 4.0], ties="down"),
     an.Table([-5.0, 0.0, 1e-300, 2.0**1020, 1.7976931348623157e308]),  # huge gaps, a tiny step
+    an.Table([-(2.0**-1074), 2.0**-1070, 2.0**-1022, 0.75, 1.0, 1.0 + 2.0**-52, 3.0]),  # subnormal values
     an.Table.from_format(an.E2M1), an.Table.from_format(an.Posit(8, 0)), an.Table.log(2, 1),
     an.Table([0.0, 0.5, 1.0, 3.0], negative="nan", signed_zero=True),
     an.Table([-4.0, -1.0, 0.5, 2.0, 3.0] + [float(v) for v in range(5, 30)], signed_zero=True),  # searched

@@ -23,6 +23,7 @@ import ctypes
 import functools
 from typing import Any
 
+import numpy as np
 import torch
 
 from anynum._bits import layout
@@ -125,9 +126,12 @@ class TableParams(ctypes.Structure):
         ("values", ctypes.c_void_p),
         ("bound", ctypes.c_void_p),
         ("bound_exact", ctypes.c_void_p),
-        ("size", ctypes.c_int64),
-        ("first_nonneg", ctypes.c_int64),
-        ("zero_index", ctypes.c_int64),
+        ("bucket_lo", ctypes.c_void_p),
+        ("bucket_hi", ctypes.c_void_p),
+        *(
+            (name, ctypes.c_int64)
+            for name in ("size", "first_nonneg", "zero_index", "e_lo", "e_hi", "mbits", "ncodes", "top_step")
+        ),
         *(
             (name, ctypes.c_int32)
             for name in ("ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "pad")
@@ -247,12 +251,55 @@ def _posit_params(fmt: Posit, wdtype: torch.dtype) -> PositParams:
     )
 
 
+def _table_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """A bucket index over sorted float64 `values`: the C search starts from the range of positions
+    (j with values[j] <= x, -1 below) that the inputs of x's bucket can have.
+
+    Buckets follow the order of x: sign, then the biased exponent clamped to [e_lo, e_hi] (the
+    exponents of the smallest nonzero and of the largest finite |value|) with the top `mbits`
+    fraction bits, code 0 below e_lo and ncodes - 1 above e_hi; negative x take bucket
+    ncodes - 1 - code, positive ones ncodes + code. Each bucket's range comes from its smallest
+    and largest input, so the search within it is exact whatever the values.
+    """
+    mags = np.abs(values[np.isfinite(values)])
+    nonzero = mags[mags > 0]
+    expo = lambda v: int(np.float64(v).view(np.uint64) >> np.uint64(52)) & 0x7FF  # noqa: E731
+    e_lo = expo(nonzero.min()) if nonzero.size else 1023
+    e_hi = max(expo(nonzero.max()), e_lo) if nonzero.size else 1023
+    e_hi = min(e_hi, 2046)
+    span = e_hi - e_lo + 1
+    mbits = int(min(8, max(0, np.floor(np.log2(4096 / span)))))
+    ncodes = 2 + (span << mbits)
+    low = np.uint64((1 << (52 - mbits)) - 1)
+    k = np.arange(span << mbits, dtype=np.uint64)
+    first = ((k >> np.uint64(mbits)) + np.uint64(e_lo)) << np.uint64(52) | (
+        k & np.uint64((1 << mbits) - 1)
+    ) << np.uint64(52 - mbits)
+    below_top = np.uint64((e_lo << 52) - 1) if e_lo > 0 else np.uint64(0)
+    smallest = np.concatenate([[np.uint64(0)], first, [np.uint64((e_hi + 1) << 52)]]).view(np.float64)
+    largest = np.concatenate([[below_top], first | low, [np.uint64(0x7FF0000000000000)]]).view(np.float64)
+
+    def pos(v: np.ndarray) -> np.ndarray:
+        return np.searchsorted(values, v, side="right").astype(np.int64) - 1
+
+    lo = np.concatenate([pos(-largest)[::-1], pos(smallest)])
+    hi = np.concatenate([pos(-smallest)[::-1], pos(largest)])
+    widest = int((hi - lo).max())
+    top_step = 1 << (widest.bit_length() - 1) if widest > 0 else 0
+    meta = {"e_lo": e_lo, "e_hi": e_hi, "mbits": mbits, "ncodes": ncodes, "top_step": top_step}
+    return np.ascontiguousarray(lo), np.ascontiguousarray(hi), meta
+
+
 def _table_params(fmt: Table) -> tuple[TableParams, tuple[Any, ...]]:
     lut = fmt.lookup(torch.device("cpu"))
     values = lut.values.contiguous()
     bound = lut.bound.to(torch.float64).contiguous()
     exact = lut.bound_exact.to(torch.int64).contiguous()
+    blo, bhi, meta = _table_index(values.numpy())
     params = TableParams(
+        bucket_lo=blo.ctypes.data,
+        bucket_hi=bhi.ctypes.data,
+        **meta,
         values=values.data_ptr(),
         bound=bound.data_ptr() if bound.numel() else values.data_ptr(),
         bound_exact=exact.data_ptr() if exact.numel() else values.data_ptr(),
@@ -265,7 +312,7 @@ def _table_params(fmt: Table) -> tuple[TableParams, tuple[Any, ...]]:
         signed_zero=int(fmt.signed_zero),
         negative_nan=int(fmt.negative == "nan"),
     )
-    return params, (values, bound, exact)
+    return params, (values, bound, exact, blo, bhi)
 
 
 def _block_params(fmt: Block, mode: Rounding, overflow: str, wdtype: torch.dtype) -> BlockParams | None:

@@ -117,10 +117,12 @@ typedef struct { /* Posit */
     int32_t n, es, scale_exp, lift, underflow_zero, one;
 } any_posit;
 
-typedef struct { /* Table: the arrays of Table.lookup(cpu) */
+typedef struct { /* Table: the arrays of Table.lookup(cpu), and a bucket index (cparams) */
     const double *values, *bound;
     const int64_t *bound_exact; /* 0 or 1 (int64: gathers of bytes do not vectorise) */
+    const int64_t *bucket_lo, *bucket_hi; /* the range of positions of the inputs of each bucket */
     int64_t size, first_nonneg, zero_index;
+    int64_t e_lo, e_hi, mbits, ncodes, top_step; /* the bucket map (cparams._table_index) */
     int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan, pad;
 } any_table;
 

@@ -217,22 +217,31 @@ ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any
             yout[i] = table_finish(vals[0], xs[i], table_nan(xo[i], xs[i], inf_is_nan, neg_nan), signed_zero);
         return;
     }
-    /* pos: j with vals[j] <= x < vals[j + 1] (-1 below the table): small tables count the values
-       at or below x (one compare per value, no gathers); larger ones search, one halving step at
-       a time, each step a loop of gathers */
-    if (size <= TABLE_LINEAR) {
-        for (int64_t i = 0; i < n; i++) pos[i] = -1;
-        for (int64_t k = 0; k < size; k++) {
-            const double vk = vals[k];
-            for (int64_t i = 0; i < n; i++) pos[i] += vk <= xs[i];
+    /* pos: j with vals[j] <= x < vals[j + 1] (-1 below the table). x's bucket (sign, clamped
+       exponent, top fraction bits: cparams._table_index) bounds it to [bucket_lo, bucket_hi]; the
+       largest j there with vals[j] <= x is then found by steps of top_step, top_step / 2, ..., 1
+       (each a loop of gathers), which reach every offset up to the widest bucket's range */
+    int64_t phi[TABLE_TILE];
+    {
+        const int64_t e_lo = t->e_lo, e_hi = t->e_hi, mbits = t->mbits, ncodes = t->ncodes;
+        const int64_t tmask = ((int64_t)1 << mbits) - 1;
+        const int64_t *blo = t->bucket_lo, *bhi = t->bucket_hi;
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t u = f64_bits(xs[i]);
+            int64_t e = (int64_t)((u >> 52) & 0x7FF), top = (int64_t)(u >> (52 - mbits)) & tmask;
+            int64_t code = e < e_lo ? 0 : (e > e_hi ? ncodes - 1 : 1 + (((e - e_lo) << mbits) | top));
+            int64_t b = (u >> 63) ? ncodes - 1 - code : ncodes + code;
+            pos[i] = blo[b];
+            phi[i] = bhi[b];
         }
-    } else {
-        for (int64_t len = size; len > 1;) {
-            int64_t half = len / 2;
-            for (int64_t i = 0; i < n; i++) pos[i] = vals[pos[i] + half] <= xs[i] ? pos[i] + half : pos[i];
-            len -= half;
+        for (int64_t step = t->top_step; step > 0; step >>= 1) {
+            for (int64_t i = 0; i < n; i++) {
+                int64_t j = pos[i] + step, h = phi[i];
+                int64_t jj = j < h ? j : h;
+                jj = jj < 0 ? 0 : jj;
+                pos[i] = ((j <= h) & (vals[jj] <= xs[i])) ? j : pos[i];
+            }
         }
-        for (int64_t i = 0; i < n; i++) pos[i] = pos[i] + (vals[pos[i]] <= xs[i]) - 1;
     }
     /* the neighbours (and boundary) of each element, gathered in loops of their own: inside the
        choice GCC turns them into conditional (masked) gathers, which it cannot vectorise */
