@@ -59,6 +59,8 @@ from anynum.rounding import Rounding
 __version__ = "0.1.0"
 
 _LAZY_SUBMODULES = ("mc", "nn", "ops", "optim", "experiments", "compat", "kernels", "formats")
+#: Public names that live above the face, with their modules (loaded on first use).
+_LAZY_NAMES = {"Quantizer": "anynum.nn.quantizer", "flip_bits": "anynum.faults"}
 
 __all__ = [
     "BF16",
@@ -111,21 +113,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "flip_bits":  # lives in anynum.faults, loaded on first use
-        from anynum.faults import flip_bits
-
-        globals()[name] = flip_bits
-        return flip_bits
-    if name == "Quantizer":  # lives in anynum.nn, loaded on first use
-        from anynum.nn.quantizer import Quantizer
-
-        globals()[name] = Quantizer
-        return Quantizer
-    if name in _LAZY_SUBMODULES:
-        module = importlib.import_module(f"anynum.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'anynum' has no attribute {name!r}")
+    # The face names a few things of the upper layers; they load on first use, so that
+    # `import anynum` stays light and no lower module is tied to them.
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+    elif name in _LAZY_SUBMODULES:
+        value = importlib.import_module(f"anynum.{name}")
+    else:
+        raise AttributeError(f"module 'anynum' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

@@ -380,23 +380,6 @@ def symmetric_values(fmt: an.Format) -> bool:
     return fmt.signed
 
 
-# --- known findings (tests/fuzz/test_regressions.py, xfail strict): stepped over, counted ------------
-
-
-def _inner(fmt: an.Format) -> an.Format:
-    return fmt.element if isinstance(fmt, an.Block) else fmt
-
-
-def known_k7(fmt: an.Format, overflow: str, x: torch.Tensor) -> torch.Tensor:
-    """K7: where wrap is wrong for large inputs: |x| / step beyond the working precision
-    (2**24 on float16/bfloat16/float32 inputs, 2**52 on float64)."""
-    if overflow != "wrap":
-        return torch.zeros_like(x, dtype=torch.bool)
-    limit = 2.0**52 if x.dtype == torch.float64 else 2.0**23
-    scaled = x.to(torch.float64).abs() / 2.0 ** _inner(fmt).step_exp
-    return ~(scaled < limit)
-
-
 def exact_wrap(fmt: an.Format, mode: Rounding, x: float) -> float:
     """The exact result of rounding x onto fixed point/integers with wrap-around (deterministic modes)."""
     step = Fraction(2) ** fmt.step_exp

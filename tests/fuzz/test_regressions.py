@@ -1,10 +1,7 @@
 """What the differential fuzzer found, kept as regression examples.
 
-K1-K6 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
-tests. A finding whose fix belongs to code another engineer owns is ``xfail(strict=True)`` with
-the reason: it starts passing, and then fails loudly, the day the fix lands, so the marker gets
-removed. `fuzzlib.known_k7` lets the fuzzer step over exactly that case meanwhile, so that it
-keeps looking for new ones.
+K1-K9 were fixed in the core (formats, kernels, quantize); their examples stay here as plain
+tests, each with the finding's description.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import pytest
 import torch
 
 import anynum as an
-from anynum.errors import AnynumError, FormatError, RepresentabilityError
+from anynum.errors import FormatError, RepresentabilityError
 
 
 @pytest.mark.parametrize(
@@ -83,11 +80,21 @@ def test_k3_fp64_codes_round_trip():
             "zero": False,
         },  # K6
         {"exp_bits": 2, "man_bits": 1, "subnormals": False, "specials": "fnuz", "zero": False},  # K6
+        {
+            "exp_bits": 1,
+            "man_bits": 1,
+            "bias": 1,
+            "subnormals": False,
+            "specials": "p3109",
+            "signed": False,
+        },  # K8: finite codes 0 and 1 only, both in exponent field 0 (zero without subnormals)
     ],
 )
 def test_k4_k6_formats_that_lose_values_are_refused(params):
     """K4: a format without finite values was accepted (max 0.5, results off its empty grid).
-    K6: fnuz without zero put NaN on -smallest's code, yet quantize returned -smallest."""
+    K6: fnuz without zero put NaN on -smallest's code, yet quantize returned -smallest.
+    K8: a format whose finite codes all lie in exponent field 0 without subnormals (so all are
+    zero) reported max 0.5 and rounded every input to 0.5, off its grid {0}."""
     with pytest.raises(FormatError):
         an.FloatFormat(**params)
 
@@ -112,14 +119,6 @@ def test_table_rz_across_a_gap_that_straddles_zero_is_monotone():
     assert torch.equal(an.quantize(x, an.Table(zeroless.values()), "rz"), an.quantize(x, zeroless, "rz"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="K7: overflow='wrap' of fixed point and integers is wrong for large inputs: IntFormat(8) "
-    "wraps 2**60, 2**100 and 1e300 (float64) to -128 instead of 0, and FixedPoint/IntFormat inputs "
-    "whose x / step overflows the float32 working dtype (3e38) give NaN; the exact wrap is "
-    "(round(x / step) mod 2**bits) in two's complement; on float32 inputs already from |x| / step "
-    ">= 2**24 (IntFormat(2) wraps 16777215 to -2, not -1) (src/anynum/kernels/eager.py, uniform rounding)",
-)
 @pytest.mark.parametrize(
     "fmt,x,dtype",
     [
@@ -131,8 +130,49 @@ def test_table_rz_across_a_gap_that_straddles_zero_is_monotone():
     ],
 )
 def test_k7_wrap_of_large_values(fmt, x, dtype):
-    try:
-        y = an.quantize(torch.tensor([x], dtype=dtype), fmt, overflow="wrap")
-    except AnynumError:
-        return  # refusing inputs beyond the exact range is a fix too
+    """K7: overflow='wrap' of fixed point and integers was wrong for large inputs: IntFormat(8)
+    wrapped 2**60 and 1e300 (float64) to -128 instead of 0 (`r - code_min` lost the low digits),
+    inputs whose x / step overflowed the float32 working dtype gave NaN, and on float32 inputs
+    from |x| / step >= 2**24 (IntFormat(2) wrapped 16777215 to -2, not -1). The exact wrap is
+    round(x / step) mod 2**bits in two's complement."""
+    y = an.quantize(torch.tensor([x], dtype=dtype), fmt, overflow="wrap")
     assert y.item() == (-1.0 if x == 16777215.0 else 0.0)  # the others are multiples of 2**bits * step
+
+
+@pytest.mark.parametrize("mode", ["nearest", "rna", "rnz", "rz", "ru", "rd", "ro"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_k7_wrap_equals_exact_modular_arithmetic(mode, dtype):
+    """Huge, tiny and tie inputs of every binade, against round(x / step) mod 2**bits in fractions."""
+    from fuzzlib import exact_wrap
+
+    from anynum.rounding import parse_rounding
+
+    g = torch.Generator().manual_seed(7)
+    mant = torch.rand(4000, generator=g, dtype=torch.float64) * 2 - 1
+    top = 127 if dtype == torch.float32 else 1000
+    x = (mant * torch.exp2(torch.randint(-8, top, (4000,), generator=g).double())).to(dtype)
+    x = torch.cat([x, torch.tensor([2.5, -2.5, 3.5, 127.5, -128.5, 255.5], dtype=dtype)])
+    for fmt in (an.IntFormat(8), an.IntFormat(2), an.FixedPoint(8, 4), an.FixedPoint(3, 5, signed=False)):
+        y = an.quantize(x, fmt, mode, overflow="wrap")
+        want = [exact_wrap(fmt, parse_rounding(mode), v) for v in x.tolist()]
+        assert y.tolist() == want, fmt
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # float16 cannot hold its scales: refused
+def test_k9_block_saturation_stays_within_the_dtype(dtype):
+    """K9: Block(E2M1, scale_rule='ceil') rounded float32's largest value to inf under
+    overflow='saturate': the scale 2**126 (amax / 6 rounded up) times the nearest element, 4,
+    is 2**128, beyond float32. Saturation now keeps the largest block value the dtype holds
+    below x (the element rounded toward zero), which is on the block's grid."""
+    fmt = an.Block(an.E2M1, block_size=None, scale_rule="ceil")
+    big = torch.finfo(dtype).max
+    x = torch.tensor([big, 1.0, -big], dtype=dtype)
+    y = an.quantize(x, fmt)
+    assert bool(torch.isfinite(y).all()), y.tolist()
+    codes = an.encode(x, fmt)
+    assert torch.equal(an.decode(codes, fmt).to(dtype), y)  # on the grid: a code decodes to it
+    # the largest grid value of that block below |x|: element 3 (toward zero from 3.99..)
+    scale = float(an.decode(codes, fmt)[0]) / 3.0
+    assert y[0].item() == 3.0 * scale <= big and y[2].item() == -y[0].item()
+    # float64 holds 4 * 2**126 (float32's max rounds up to it): nearest, as before
+    assert an.quantize(x.double(), fmt)[0].item() == 4.0 * scale

@@ -370,6 +370,10 @@ def _run_claimed(
     return new_rows, failed, failures
 
 
+def _is_trial(t: Any) -> bool:
+    return isinstance(t, TrialConfig) or all(hasattr(t, a) for a in ("trial_id", "baseline_id", "as_dict"))
+
+
 def run_study(
     trials: StudySpec | Sequence[Any],
     out_dir: str | os.PathLike[str] = "anynum-results",
@@ -410,11 +414,12 @@ def run_study(
     start = time.perf_counter()
     if isinstance(trials, StudySpec):
         grid = expand_grid(trials)
-    elif isinstance(trials, (list, tuple)) and all(isinstance(t, TrialConfig) for t in trials):
+    elif isinstance(trials, (list, tuple)) and all(_is_trial(t) for t in trials):
         grid = list(trials)
     else:
         raise InputError(
-            f"run_study takes a StudySpec or a list of TrialConfig, got {type(trials).__name__}."
+            f"run_study takes a StudySpec or a list of trials (TrialConfig, or objects with "
+            f"trial_id, baseline_id and as_dict()), got {type(trials).__name__}."
         )
     if shard is not None:
         ok = isinstance(shard, tuple) and len(shard) == 2 and all(type(v) is int for v in shard)

@@ -43,6 +43,7 @@ def evaluate(model: nn.Module, data: Dataset) -> float:
     """Test-set score in percent: accuracy (classification) or R^2 (regression); NaN if non-finite.
 
     >>> from anynum.experiments.models import build_model
+    >>> from anynum.experiments.datasets import load_dataset
     >>> d = load_dataset("sequence")
     >>> _ = torch.manual_seed(0)
     >>> 0.0 <= evaluate(build_model("mlp", d), d) <= 100.0
@@ -113,6 +114,7 @@ def fit(
     ``on_step(loss)`` is called after every step (progress bars).
 
     >>> from anynum.experiments.models import build_model
+    >>> from anynum.experiments.datasets import load_dataset
     >>> d = load_dataset("sequence")
     >>> _ = torch.manual_seed(0); m = build_model("mlp", d)
     >>> losses = fit(m, d, sgd(m, 0.05), epochs=1, batch=64, seed=0)

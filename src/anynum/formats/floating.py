@@ -122,6 +122,12 @@ class FloatFormat(Format):
             )
         if self._top_finite_magnitude_code() < (0 if self.zero else 1) or self.max <= 0:
             raise FormatError(f"{self!r} has no finite positive values (its codes are all inf or NaN).")
+        if self.zero and not self.subnormals and self._top_finite_magnitude_code() >> self.man_bits == 0:
+            # every finite code sits in exponent field 0, which without subnormals is all zero
+            raise FormatError(
+                f"{self!r} has no finite positive values: its only finite codes have exponent field 0, "
+                "which is zero without subnormals. Use subnormals=True, more exp_bits, or fewer specials."
+            )
         if not math.isfinite(self.max):
             raise FormatError(f"{self!r} has no finite positive values.")
         if not self.zero and self.signed and self.specials in ("fnuz", "p3109"):

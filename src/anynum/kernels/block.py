@@ -316,12 +316,14 @@ def block_round(
             tiny = torch.full_like(q, _tiny(q.dtype))
             q = torch.where((q == 0) & (xf != 0), torch.where(xf > 0, tiny, -tiny), q)
         r = _symmetric(fmt, round_to_format(element, q, mode, overflow, rng, rand_bits))
-        yf = r * _per_element(s_w, xb.shape)
+        step = _per_element(s_w, xb.shape)
     else:
-        total = _per_element(sb * tensor_scale if tensor_scale is not None else sb, xb.shape)
-        q = xf.to(f64) / total  # rounded, but never onto a decision point it differs from (docstring)
+        step = _per_element(sb * tensor_scale if tensor_scale is not None else sb, xb.shape)
+        q = xf.to(f64) / step  # rounded, but never onto a decision point it differs from (docstring)
         r = _symmetric(fmt, round_to_format(element, q, mode, overflow, rng, rand_bits))
-        yf = r * total
+    yf = r * step
+    if saturate_to_dtype_needed(fmt, overflow, x.dtype):
+        r, yf = _saturate_to_dtype(element, xf, q, r, step, yf, x.dtype)
 
     if bad is not None:
         badf = _per_element(bad, xb.shape)
@@ -333,6 +335,31 @@ def block_round(
     values = _from_blocks(fmt, yb.to(x.dtype), shape)
     elements = _from_blocks(fmt, r.to(f64).view(xb.shape), shape) if with_elements else None
     return BlockResult(values, elements, _scales_out(fmt, sb, ndim), tensor_scale)
+
+
+def saturate_to_dtype_needed(fmt: Block, overflow: str, dtype: torch.dtype) -> bool:
+    """Whether a block result may exceed `dtype`'s largest float (so `_saturate_to_dtype` applies)."""
+    return overflow == "saturate" and fmt.abs_max > torch.finfo(dtype).max
+
+
+def _saturate_to_dtype(
+    element: Format,
+    xf: torch.Tensor,
+    q: torch.Tensor,
+    r: torch.Tensor,
+    step: torch.Tensor,
+    yf: torch.Tensor,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Saturation within the output dtype: where the element nearest x / scale times the scale
+    lies beyond `dtype`'s largest float (x near float32's max under a scale rule that rounds the
+    scale up), the result is the largest block value the dtype holds below it: the element
+    rounded toward zero, whose product with the scale is at most |x|."""
+    over = torch.isinf(yf.to(dtype)) & torch.isfinite(xf)
+    if not torch.compiler.is_compiling() and not bool(over.any()):
+        return r, yf
+    rz = round_to_format(element, q, Rounding.TOWARD_ZERO, "saturate", None, None)
+    return torch.where(over, rz, r), torch.where(over, rz * step, yf)
 
 
 @round_to_format.register

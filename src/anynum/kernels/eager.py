@@ -148,6 +148,11 @@ def _round_uniform(
     rng: RandomSource | None,
     rand_bits: int | None,
 ) -> torch.Tensor:
+    if overflow == "wrap":
+        # Reduce modulo the format's span first (fmod is exact): integer shifts by an even
+        # number of steps commute with every rounding mode, and the reduced x neither
+        # overflows x / step nor loses the low digits that `r - code_min` would at 2**24.
+        x = torch.fmod(x, float(1 << fmt.bits) * 2.0**fmt.step_exp)
     s = x * 2.0**-fmt.step_exp  # exact unless it underflows (steps above 1 only)
     if fmt.step_exp > 0:
         # Keep inputs that vanished nonzero so directed modes still see which side they are on.
@@ -156,8 +161,9 @@ def _round_uniform(
     r = round_scaled(s, mode, rng, rand_bits)
     if overflow == "wrap":
         modulus = float(1 << fmt.bits)
-        w = torch.fmod(r - fmt.code_min, modulus)  # exact
-        r = torch.where(w < 0, w + modulus, w) + fmt.code_min
+        w = torch.fmod(r, modulus)  # exact; |r| <= modulus here, so the shifts below are exact too
+        w = torch.where(w > fmt.code_max, w - modulus, w)
+        r = torch.where(w < fmt.code_min, w + modulus, w)
     else:
         r = torch.clamp(r, fmt.code_min, fmt.code_max)
     y = r * 2.0**fmt.step_exp

@@ -48,8 +48,8 @@ from torch.utils.hooks import RemovableHandle
 
 from anynum.errors import AnynumError
 
-if TYPE_CHECKING:  # quantizer.py registers these hooks on Quantizer: no import back at run time
-    from anynum.nn.quantizer import Rounder
+if TYPE_CHECKING:
+    from anynum.quantize.rounder import Rounder
 
 __all__ = [
     "STREAM_KEY",
