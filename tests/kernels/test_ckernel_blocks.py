@@ -87,3 +87,30 @@ def test_blocks_write_out_and_in_place(float32_probe: torch.Tensor, cn) -> None:
     cn.assert_same(
         got, cn.reference(an.MXFP4_E2M1, Rounding.STOCHASTIC, "saturate", None, cl), cl, "channels-last"
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_results_past_the_dtype_max_go_to_the_reference(dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+    """A scale rounded up can carry the nearest element past the dtype's max; the reference then
+    saturates within the dtype (K9). The C kernel hands such calls on, also when rounding in place."""
+    from anynum.kernels.ckernel import native_round
+    from anynum.kernels.cparams import call_params
+    from anynum.kernels.route import Call
+
+    fmt = an.Block(an.E2M1, block_size=None, scale_rule="ceil")
+    big = torch.finfo(dtype).max
+    x = torch.tensor([big, 1.0, -big, 3.0], dtype=dtype)
+    mode = Rounding.NEAREST_EVEN
+    params = call_params(fmt, mode, "saturate", None, dtype)
+    assert params is not None
+    assert native_round(params, Call(fmt, mode, "saturate", None, dtype, "cpu", None), x, None) is None
+    want = cn.reference(fmt, mode, "saturate", None, x)
+    assert bool(torch.isfinite(want).all())
+    cn.assert_same(an.quantize(x, fmt), want, x, "routed")
+    inplace = x.clone()
+    an.quantize(inplace, fmt, out=inplace)
+    cn.assert_same(inplace, want, x, "in place")
+    small = torch.tensor([1.0, -2.5, 0.3, 3.0], dtype=dtype)  # no overflow: the C kernel answers
+    got = native_round(params, Call(fmt, mode, "saturate", None, dtype, "cpu", None), small, None)
+    assert got is not None
+    cn.assert_same(got, cn.reference(fmt, mode, "saturate", None, small), small, "small")

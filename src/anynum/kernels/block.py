@@ -45,7 +45,7 @@ from anynum.kernels.eager import round_to_format, working_dtype
 from anynum.kernels.route import decode_codes
 from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["BlockResult", "block_round", "decode_blocks", "underflow_is_harmless"]
+__all__ = ["BlockResult", "block_round", "decode_blocks", "saturate_to_dtype_needed", "underflow_is_harmless"]
 
 
 def _tiny(dtype: torch.dtype) -> float:

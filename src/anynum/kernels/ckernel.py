@@ -156,8 +156,12 @@ def _round_blocks(
         and not moved
         and out.is_contiguous()
         and can_write_while_reading(xm, out)
-        # exact SR's rare undecided elements are redone from the input, which must survive
-        and not (exact_sr and out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr())
+        # exact SR's rare undecided elements, and results past the dtype's max (which the reference
+        # saturates within the dtype), hand the call on: the input must survive
+        and not (
+            (exact_sr or params.struct.b.sat_dtype)
+            and out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        )
     )
     y = out if direct else torch.empty_like(xm)
     assert y is not None

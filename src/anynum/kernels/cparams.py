@@ -33,7 +33,7 @@ from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FloatFormat
 from anynum.formats.posit import Posit
 from anynum.formats.table import Table
-from anynum.kernels.block import underflow_is_harmless
+from anynum.kernels.block import saturate_to_dtype_needed, underflow_is_harmless
 from anynum.kernels.eager import working_dtype
 from anynum.rounding import Rounding
 
@@ -106,7 +106,7 @@ class UniformParams(ctypes.Structure):
     _fields_ = [
         *(
             (name, ctypes.c_double)
-            for name in ("inv_step", "step", "tiny", "code_min", "code_max", "modulus", "inv_modulus")
+            for name in ("inv_step", "step", "tiny", "code_min", "code_max", "modulus", "inv_modulus", "span")
         ),
         ("step_pos", ctypes.c_int32),
         ("wrap", ctypes.c_int32),
@@ -154,7 +154,7 @@ class BlockParams(ctypes.Structure):
             (name, ctypes.c_int32)
             for name in (
                 "elem_family", "rule", "pow2", "kmin", "kmax", "elem_emax", "symmetric", "fix_tiny",
-                "tensor_scale", "pad",
+                "tensor_scale", "sat_dtype",
             )
         ),
     ]  # fmt: skip
@@ -230,6 +230,7 @@ def uniform_params(fmt: UniformFormat, wdtype: torch.dtype, overflow: str) -> Un
         code_max=float(fmt.code_max),
         modulus=float(1 << fmt.bits),
         inv_modulus=2.0**-fmt.bits,
+        span=float(1 << fmt.bits) * 2.0**fmt.step_exp,
         step_pos=int(fmt.step_exp > 0),
         wrap=int(overflow == "wrap"),
     )
@@ -315,7 +316,9 @@ def _table_params(fmt: Table) -> tuple[TableParams, tuple[Any, ...]]:
     return params, (values, bound, exact, blo, bhi)
 
 
-def _block_params(fmt: Block, mode: Rounding, overflow: str, wdtype: torch.dtype) -> BlockParams | None:
+def _block_params(
+    fmt: Block, mode: Rounding, overflow: str, wdtype: torch.dtype, dtype: torch.dtype
+) -> BlockParams | None:
     element = fmt.element
     if fmt.scale_rule not in _RULES or not isinstance(fmt.scale, FloatFormat):
         return None  # "none": quantize has no scales (the reference raises)
@@ -333,6 +336,7 @@ def _block_params(fmt: Block, mode: Rounding, overflow: str, wdtype: torch.dtype
         symmetric=int(fmt.symmetric),
         # the reference repairs x / scale underflowing to 0 only on the power-of-two path
         fix_tiny=int(fmt.power_of_two_scales and not underflow_is_harmless(element, mode, wdtype)),
+        sat_dtype=int(saturate_to_dtype_needed(fmt, overflow, dtype)),
     )
     if isinstance(element, FloatFormat):
         params.elem_family, params.ef = FAMILY_FLOAT, float_params(element, wdtype, overflow)
@@ -389,7 +393,7 @@ def call_params(
         struct.family = FAMILY_TABLE
         struct.t, keep = _table_params(fmt)
     elif isinstance(fmt, Block):
-        block = _block_params(fmt, mode, overflow, wdtype)
+        block = _block_params(fmt, mode, overflow, wdtype, dtype)
         if block is None:
             return None
         struct.family, struct.b = FAMILY_BLOCK, block

@@ -108,7 +108,7 @@ typedef struct { /* FloatFormat in one working type (see cparams.float_params) *
 } any_float;
 
 typedef struct { /* FixedPoint / IntFormat */
-    double inv_step, step, tiny, code_min, code_max, modulus, inv_modulus;
+    double inv_step, step, tiny, code_min, code_max, modulus, inv_modulus, span; /* span: modulus * step */
     int32_t step_pos, wrap;
 } any_uniform;
 
@@ -131,7 +131,8 @@ typedef struct { /* Block: scale rule, then the element format's own rounding */
     any_uniform eu;
     double ceil_sig, elem_max, scale_min, tensor_min, tensor_den;
     int64_t block_size;
-    int32_t elem_family, rule, pow2, kmin, kmax, elem_emax, symmetric, fix_tiny, tensor_scale, pad;
+    int32_t elem_family, rule, pow2, kmin, kmax, elem_emax, symmetric, fix_tiny, tensor_scale;
+    int32_t sat_dtype; /* results may pass the dtype's max (kernels.block.saturate_to_dtype_needed) */
 } any_block;
 
 enum { F_FLOAT, F_UNIFORM, F_POSIT, F_TABLE, F_BLOCK };

@@ -314,6 +314,26 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
     }
 }
 
+/* Results that came out infinite in the dtype from finite inputs (x near the dtype's max, a scale
+   rounded up): the reference then saturates within the dtype (kernels.block._saturate_to_dtype),
+   which this library leaves to it. Counted on the bits; y may be x (in place), so the caller keeps
+   x elsewhere when this can happen. */
+static int64_t count_overflow(const char *x, const char *y, int tdt, int64_t n) {
+    const uint64_t mask = any_abs_mask[tdt], inf = any_inf_bits[tdt];
+    int64_t k = 0;
+    if (tdt <= T_BF16) {
+        const uint16_t *a = (const uint16_t *)x, *b = (const uint16_t *)y;
+        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
+    } else if (tdt == T_F32) {
+        const uint32_t *a = (const uint32_t *)x, *b = (const uint32_t *)y;
+        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
+    } else {
+        const uint64_t *a = (const uint64_t *)x, *b = (const uint64_t *)y;
+        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
+    }
+    return k;
+}
+
 static void chunk(const block_job *j, int64_t off, int64_t n, int64_t bs, const double *sc, const double *iv,
                   const int *bad, int use_inv, uint64_t idx0, int64_t *und) {
     size_t ts = any_tsize[j->c->tdt];
@@ -321,6 +341,7 @@ static void chunk(const block_job *j, int64_t off, int64_t n, int64_t bs, const 
     char *y = j->y + off * (int64_t)ts;
     if (j->c->wdt) block_chunk_f64(j->c, x, y, n, bs, sc, iv, bad, use_inv, j->base, idx0, und);
     else block_chunk_f32(j->c, x, y, n, bs, sc, iv, bad, use_inv, j->base, idx0, und);
+    if (j->c->b.sat_dtype && x != y) *und += count_overflow(x, y, j->c->tdt, n);
 }
 
 /* one long block (more than BLOCK_CHUNK elements) of a row, scale known: chunk by chunk */

@@ -108,7 +108,7 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
 /* --- FixedPoint and IntFormat ---------------------------------------------------------------- */
 
 typedef struct {
-    W inv_step, step, tiny, code_min, code_max, modulus, inv_modulus;
+    W inv_step, step, tiny, code_min, code_max, modulus, inv_modulus, span, inv_span;
 } SFX(uniform_k);
 
 ANY_INLINE SFX(uniform_k) SFX(uniform_consts)(const any_uniform *p) {
@@ -120,22 +120,30 @@ ANY_INLINE SFX(uniform_k) SFX(uniform_consts)(const any_uniform *p) {
     k.code_max = (W)p->code_max;
     k.modulus = (W)p->modulus;
     k.inv_modulus = (W)p->inv_modulus;
+    k.span = (W)p->span; /* as torch converts the scalar of torch.fmod(x, span): may be inf */
+    k.inv_span = (W)(1.0 / p->span);
     return k;
 }
 
 ANY_INLINE W SFX(uniform_round)(W x, const SFX(uniform_k) *k, const int M, const int WRAP,
                                  uint64_t base, uint64_t index, int rbits, double two_r, int *und) {
+    if (WRAP) {
+        /* torch.fmod(x, span) first (exact; span a power of two): x - trunc(x / span) * span is
+           exact too (x / span is exact from 1 up and truncates to 0 below), and the sign of a zero
+           does not reach the result; an infinite span leaves x as it is */
+        W xr = x - TRUNCW(x * k->inv_span) * k->span;
+        x = k->span < (W)INFINITY ? xr : x;
+    }
     W s = x * k->inv_step; /* exact unless it underflows (steps above 1 only) */
     /* keep inputs that vanished nonzero, so directed modes still see their side */
     s = ((s == (W)0) & (x != (W)0)) ? COPYSIGNW(k->tiny, x) : s;
     W r = SFX(round_scaled)(s, M, base, index, rbits, two_r, und);
     if (WRAP) {
-        /* torch.fmod(r - code_min, modulus): exact either way for integer-valued r (the
-           quotient by a power of two, its truncation and the product are exact, and so is
-           the difference, which is below the modulus); +-inf and NaN give NaN */
-        W w = r - k->code_min;
-        w = w - TRUNCW(w * k->inv_modulus) * k->modulus;
-        r = (w < (W)0 ? w + k->modulus : w) + k->code_min;
+        /* torch.fmod(r, modulus), exact for integer-valued |r| <= modulus (as above), then one
+           shift by the modulus into [code_min, code_max]; NaN stays NaN */
+        W w = r - TRUNCW(r * k->inv_modulus) * k->modulus;
+        w = w > k->code_max ? w - k->modulus : w;
+        r = w < k->code_min ? w + k->modulus : w;
     } else { /* torch.clamp: NaN stays NaN */
         r = r < k->code_min ? k->code_min : r;
         r = r > k->code_max ? k->code_max : r;
