@@ -8,13 +8,11 @@ same numbers at the same places (its Quantizer and OptimLP). Repetitions are
 interleaved (fp32, QAT, QAT-SR, fp32, ...) and medians compared, because the
 machine is shared and noisy. Prints ratios, never lone absolute times.
 
-It measures the steady state of a training run. Round-to-nearest float formats
-go through the C loop (`anynum.kernels.cfloat`, built once per machine) from the
-first call; stochastic kernels switch to their compiled form once they have
-rounded ANYNUM_COMPILE_MIN elements (the smallest category here, the SR
-gradients, rounds 3658 per step), so the warm-up steps (100 by default, their
-length printed) hold those one-off builds. ANYNUM_COMPILE=0 measures the eager
-kernels and torch's casts instead.
+It measures the steady state of a training run. On CPU every rounding goes through the
+native C kernels (`anynum.kernels.ckernel`, built once per machine), stochastic rounding
+included, from the first call; the warm-up steps (100 by default, their length printed) only
+settle allocations and caches. ANYNUM_COMPILE=0 measures the eager kernels instead.
+``--profile`` prints where the QAT step's time goes (cProfile of the SR step).
 
 Run: python benchmarks/bench_qat.py [--reps N] [--inner K] [--warmup W] [--threads T]
 """
@@ -127,6 +125,7 @@ def main() -> None:
     ap.add_argument("--inner", type=int, default=5, help="steps per timed repetition")
     ap.add_argument("--warmup", type=int, default=100, help="untimed steps first (compiles happen here)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--profile", action="store_true", help="cProfile 200 steps of the SR QAT step")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from sklearn.datasets import load_digits
@@ -160,6 +159,22 @@ def main() -> None:
     for name in runs:
         ratio, best = statistics.median(times[name]) / base, min(times[name]) / min(times["fp32"])
         print(f"{labels[name]:<34}{ratio:>13.2f}x{best:>12.2f}x")
+    if args.profile:
+        profile(runs["qat_sr"], x, y)
+
+
+def profile(run: tuple[nn.Module, object], x: torch.Tensor, y: torch.Tensor, steps: int = 200) -> None:
+    """Where the time of the SR QAT step goes: the functions with the most time of their own."""
+    import cProfile
+    import pstats
+
+    model, opt = run
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step(model, opt, x, y)
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
 
 if __name__ == "__main__":

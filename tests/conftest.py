@@ -17,6 +17,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+# --doctest-modules would import each folder's conftest.py a second time as a module named
+# "conftest" (the folders have no __init__.py), and two of them clash; they hold no doctests.
+collect_ignore_glob = ["*/conftest.py"]
+
 # pytest-xdist already runs one worker per core: a second intra-op thread per worker only
 # oversubscribes the cores (10-40x slower elementwise kernels measured on 2 cores). Tests that
 # are about thread counts set them explicitly.

@@ -232,18 +232,31 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import os
 
-    from anynum.experiments.bench import main_table, run_benchmark, write_json
+    from anynum.experiments.bench import (
+        first_calls,
+        first_calls_table,
+        main_table,
+        plot_throughput,
+        run_benchmark,
+        write_json,
+    )
 
     result = run_benchmark(
-        args.sizes, args.repeats, args.threads, progress=lambda m: print(m, file=sys.stderr)
+        args.sizes, args.repeats, args.threads, args.budget, progress=lambda m: print(m, file=sys.stderr)
     )
+    if args.first_calls:
+        result["first_calls"] = first_calls(args.threads)
     print(main_table(result))
+    if args.first_calls:
+        print(first_calls_table(result["first_calls"]))
     try:
-        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        for path in (args.json, args.plot):
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         write_json(result, args.json)
+        plot_throughput(result, args.plot)
     except OSError as exc:
-        raise AnynumError(f"cannot write {args.json}: {exc.strerror}") from None
-    print(f"wrote {args.json}")
+        raise AnynumError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    print(f"wrote {args.json} and {args.plot}")
     return 0
 
 
@@ -367,10 +380,13 @@ def _parser() -> argparse.ArgumentParser:
     _fault_arguments(pfa)
     pfa.set_defaults(func=_cmd_faults)
     pb = sub.add_parser("bench", help="quantization speed against native casts and peers")
-    pb.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 22, 1 << 24])
+    pb.add_argument("--sizes", type=int, nargs="+", default=[4096, 1 << 16, 1 << 20, 1 << 22, 1 << 24])
     pb.add_argument("--repeats", type=int, default=7)
     pb.add_argument("--threads", type=int, default=2)
+    pb.add_argument("--budget", type=float, default=2.0, help="seconds a peer's cell may take (else skipped)")
     pb.add_argument("--json", default="bench-results/quantize.json")
+    pb.add_argument("--plot", default="bench-results/quantize.png", help="throughput against size (PNG)")
+    pb.add_argument("--first-calls", action="store_true", help="also time first calls in fresh processes")
     pb.set_defaults(func=_cmd_bench)
     pd = sub.add_parser("diagnose", help="per-layer numerics: overflow, underflow, SQNR, stagnation")
     n = pd.add_argument_group("numbers (--format F sets weight, activation, error and grad)")

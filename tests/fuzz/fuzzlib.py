@@ -291,7 +291,7 @@ def as_tensor(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 @contextlib.contextmanager
 def _compile_setting(value: str) -> Iterator[None]:
-    """ANYNUM_COMPILE=value for a moment: kernels read it in `covers` (c-float only under "auto")."""
+    """ANYNUM_COMPILE=value for a moment: kernels read it in `covers` (C kernels only when not "0")."""
     before = os.environ.get("ANYNUM_COMPILE")
     os.environ["ANYNUM_COMPILE"] = value
     try:

@@ -223,7 +223,7 @@ def test_c_loops_bit_identical(dtype, kind, monkeypatch):
         pytest.skip("the product kernels are only used with a verified FMA")
     for shape in [(1,), (7,), (1031,), (301, 419)]:
         ops = _operands(kind, dtype, shape, seed=hash((kind, str(dtype), shape)) % 2**31)
-        assert cloops.available(*ops)  # no skip without a compiler: see tests/kernels/test_cfloat.py
+        assert cloops.available(*ops)  # no skip without a compiler: see tests/kernels/test_ckernel.py
         with torch.no_grad():
             for got, want in _cases(*ops):
                 _same(got, want)

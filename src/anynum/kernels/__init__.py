@@ -2,12 +2,13 @@
 
 Importing this package registers every kernel with the router, in one place:
 the eager reference of each format family (float and uniform in `eager`, then
-`posit`, `table`, `block`), torch's native casts (`native`), the C loop
-(`cfloat`) and the torch.compile'd kernels (`fused`).
+`posit`, `table`, `block`), the native C kernels of every family (`ckernel`, the
+first choice on CPU), torch's native casts (`native`) and the torch.compile'd
+kernels (`fused`, for other devices and for calls the C kernels decline).
 """
 
 from anynum.kernels import block as _block  # noqa: F401  (registers the block kernel)
-from anynum.kernels import cfloat as _cfloat  # noqa: F401  (registers the C loop)
+from anynum.kernels import ckernel as _ckernel  # noqa: F401  (registers the C kernels)
 from anynum.kernels import customop as _customop  # noqa: F401  (defines the anynum:: torch ops)
 from anynum.kernels import native as _native  # noqa: F401  (registers torch's casts)
 from anynum.kernels import posit as _posit  # noqa: F401  (registers the posit kernel)

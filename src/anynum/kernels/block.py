@@ -45,7 +45,7 @@ from anynum.kernels.eager import round_to_format, working_dtype
 from anynum.kernels.route import decode_codes
 from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["BlockResult", "block_round", "decode_blocks"]
+__all__ = ["BlockResult", "block_round", "decode_blocks", "saturate_to_dtype_needed", "underflow_is_harmless"]
 
 
 def _tiny(dtype: torch.dtype) -> float:
@@ -218,7 +218,7 @@ def _pow2_pair(
 _TO_ZERO_MODES = (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.NEAREST_ZERO, Rounding.TOWARD_ZERO)
 
 
-def _underflow_is_harmless(element: Format, mode: Rounding, dtype: torch.dtype) -> bool:
+def underflow_is_harmless(element: Format, mode: Rounding, dtype: torch.dtype) -> bool:
     """Whether `element` rounds ±tiny (dtype's smallest subnormal) exactly as it rounds ±0 in `mode`.
 
     Then ``x / scale`` underflowing to zero needs no repair. True for the modes
@@ -309,7 +309,7 @@ def block_round(
             q = xf * _per_element(inv, xb.shape)
         else:
             q = xf / _per_element(s_w, xb.shape)
-        if not _underflow_is_harmless(element, mode, q.dtype):
+        if not underflow_is_harmless(element, mode, q.dtype):
             # Underflow to zero (float32 path, far below the element grid) must keep x's sign and
             # non-zeroness so that directed and odd rounding still see a nonzero value.
             # (where, not copysign: Inductor emits copysign as a Sleef call, not inline code)

@@ -10,6 +10,10 @@ Exact stochastic rounding compares 53 random bits per element in the fused
 loop; in the (probability 2**-53 per element) event that more bits are needed,
 the call is redone on the eager path, which refines them.
 
+On CPU the native C kernels (`anynum.kernels.ckernel`, a lower rank in the router)
+take every call they cover, so this compiled path runs there only for calls they
+decline (no C compiler, a format family they do not cover); it serves other devices.
+
 Switch: ``ANYNUM_COMPILE=0`` forces the eager path, ``=1`` compiles for every
 size, unset ("auto") compiles only for tensors of at least ``ANYNUM_COMPILE_MIN``
 elements (default 262144), where the one-off compile pays for itself. Compiled
@@ -359,6 +363,7 @@ def fused_decode(fmt: Format, codes: torch.Tensor) -> torch.Tensor:
 class FusedKernel(Kernel):
     """The reference kernel compiled by torch.compile into one fused loop (any format family).
 
+    Its rank is above the native C kernels': on CPU it runs only for the calls they decline.
     It takes calls of at least ``ANYNUM_COMPILE_MIN`` elements (every call with
     ``ANYNUM_COMPILE=1``). Below that size, a call whose (format, mode, dtype,
     ...) has already sent that many elements through slower kernels in this

@@ -1,0 +1,223 @@
+/* anynum native rounding kernels: shared pieces (bits, dtype conversions, random bits, parameters).
+ *
+ * The library is assembled by anynum.kernels.clib from the files of this directory, in the
+ * order common.c, pool.c, the per-family templates (each pasted once for float and once for
+ * double working types), table.c, block.c, drive.c, and built by anynum.kernels.nativelib.
+ *
+ * Rules every kernel keeps (they are what makes the results equal the eager reference bit for
+ * bit, `anynum.kernels.round_to_format` in the working dtype):
+ *   - IEEE arithmetic only, in the reference's working type, operation for operation; no
+ *     fast-math, no contraction into FMAs (-ffp-contract=off);
+ *   - one loop per rounding mode, branch-free selects inside, so GCC and Clang vectorise;
+ *   - random bits are the counter bits of anynum.rounding.counter_bits (SplitMix64 of
+ *     index ^ stream base) at each element's row-major logical index.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ANY_INLINE static inline __attribute__((always_inline))
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+
+/* rounding modes, as numbered by anynum.kernels.cparams */
+enum { M_RNE, M_RNA, M_RNZ, M_RZ, M_RU, M_RD, M_RO, M_SR, M_SRT, M_SRU, M_COUNT };
+/* dtypes of inputs and outputs */
+enum { T_F16, T_BF16, T_F32, T_F64 };
+
+ANY_INLINE uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+ANY_INLINE float f32_from(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+ANY_INLINE uint64_t f64_bits(double f) { uint64_t u; memcpy(&u, &f, 8); return u; }
+ANY_INLINE double f64_from(uint64_t u) { double f; memcpy(&f, &u, 8); return f; }
+
+/* --- dtype conversions (exactly torch's: RNE, NaN kept as a NaN) ------------------------------ */
+
+ANY_INLINE float half_to_float(uint16_t h) {
+    uint32_t em = (uint32_t)(h & 0x7FFFu);
+    /* exponent and fraction moved into float position, then rebased by 2**112: exact for
+       normals and subnormals alike */
+    float v = f32_from(em << 13) * 0x1p112f;
+    uint32_t special = 0x7F800000u | ((em & 0x3FFu) << 13);
+    uint32_t u = em >= 0x7C00u ? special : f32_bits(v);
+    return f32_from(u | ((uint32_t)(h & 0x8000u) << 16));
+}
+
+ANY_INLINE uint16_t float_to_half(float f) {
+    /* c10's fp16_ieee_from_fp32_value: round to nearest even through float arithmetic */
+    float base = (fabsf(f) * 0x1p112f) * 0x1p-110f;
+    uint32_t w = f32_bits(f);
+    uint32_t shl1 = w + w;
+    uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1 & 0xFF000000u;
+    bias = bias < 0x71000000u ? 0x71000000u : bias;
+    base = f32_from((bias >> 1) + 0x07800000u) + base;
+    uint32_t b = f32_bits(base);
+    uint32_t nonsign = ((b >> 13) & 0x00007C00u) + (b & 0x00000FFFu);
+    return (uint16_t)((sign >> 16) | (shl1 > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+ANY_INLINE float bf16_to_float(uint16_t h) { return f32_from((uint32_t)h << 16); }
+
+ANY_INLINE uint16_t float_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    uint32_t r = (u + (((u >> 16) & 1u) + 0x7FFFu)) >> 16;
+    return (uint16_t)(f != f ? 0x7FC0u : r);
+}
+
+/* --- counter-based random bits: anynum.rounding.counter_bits ------------------------------- */
+
+ANY_INLINE uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [0, 2**nbits): two SplitMix64 finaliser rounds of (index ^ base), top bits */
+ANY_INLINE uint64_t counter_bits(uint64_t base, uint64_t index, int nbits) {
+    uint64_t z = mix64(index ^ base);
+    z = mix64(z ^ 0x9E3779B97F4A7C15ull);
+    return z >> (64 - nbits);
+}
+
+/* Exact stochastic rounding, first round (anynum.rounding.stochastic_first_round): up with
+   probability f for dyadic f in [0, 1), deciding on the first 53 random bits. *undecided is
+   set where those bits equal f's first 53 and f has more: the caller hands these back. */
+ANY_INLINE int sr_exact_up(double f, uint64_t base, uint64_t index, int *undecided) {
+    double t = f * 0x1p53;
+    double c = floor(t);
+    double k = (double)(int64_t)counter_bits(base, index, 53);
+    *undecided = (k == c) & (t - c > 0.0);
+    return k < c;
+}
+
+/* Hardware stochastic rounding with r random bits (anynum.rounding._stochastic_truncating):
+   floor(f * 2**r) + R >= 2**r, R uniform in [0, 2**r). two_r = 2**r. */
+ANY_INLINE int sr_trunc_up(double f, uint64_t base, uint64_t index, int r, double two_r) {
+    double scaled = floor(f * two_r);
+    double bits = (double)(int64_t)counter_bits(base, index, r);
+    return scaled + bits >= two_r;
+}
+
+ANY_INLINE int sr_coin(uint64_t base, uint64_t index) { return (int)counter_bits(base, index, 1); }
+
+/* --- parameters (mirrored by ctypes structures in anynum.kernels.cparams) -------------------- */
+
+typedef struct { /* FloatFormat in one working type (see cparams.float_params) */
+    double step_scale, step_min, smallest_normal, limit;
+    int32_t lift_tiny, flush, zero, negative_zero, is_signed, overflow, recip, common;
+} any_float;
+
+typedef struct { /* FixedPoint / IntFormat */
+    double inv_step, step, tiny, code_min, code_max, modulus, inv_modulus, span; /* span: modulus * step */
+    int32_t step_pos, wrap;
+} any_uniform;
+
+typedef struct { /* Posit */
+    double maxpos, minpos;
+    int32_t n, es, scale_exp, lift, underflow_zero, one;
+} any_posit;
+
+typedef struct { /* Table: the arrays of Table.lookup(cpu), and a bucket index (cparams) */
+    const double *values, *bound;
+    const int64_t *bound_exact; /* 0 or 1 (int64: gathers of bytes do not vectorise) */
+    const int64_t *bucket_lo, *bucket_hi; /* the range of positions of the inputs of each bucket */
+    int64_t size, first_nonneg, zero_index;
+    int64_t e_lo, e_hi, mbits, ncodes, top_step; /* the bucket map (cparams._table_index) */
+    int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan, pad;
+} any_table;
+
+typedef struct { /* Block: scale rule, then the element format's own rounding */
+    any_float ef, scale_fmt, tensor_fmt;
+    any_uniform eu;
+    double ceil_sig, elem_max, scale_min, tensor_min, tensor_den;
+    int64_t block_size;
+    int32_t elem_family, rule, pow2, kmin, kmax, elem_emax, symmetric, fix_tiny, tensor_scale;
+    int32_t sat_dtype; /* results may pass the dtype's max (kernels.block.saturate_to_dtype_needed) */
+} any_block;
+
+enum { F_FLOAT, F_UNIFORM, F_POSIT, F_TABLE, F_BLOCK };
+enum { R_FLOOR, R_CEIL, R_EVEN, R_AMAX };
+
+typedef struct {
+    int32_t family, mode, wdt, tdt, rand_bits, pad;
+    int64_t grain; /* fewest elements worth a thread of their own */
+    double two_r;  /* 2**rand_bits */
+    any_float f;
+    any_uniform u;
+    any_posit p;
+    any_table t;
+    any_block b;
+} any_call;
+
+/* what every element loop sees besides its arrays */
+typedef struct {
+    uint64_t base;  /* stream base of counter_bits (0 for deterministic modes) */
+    uint64_t idx0;  /* logical index of the first element */
+    int64_t lstride; /* logical index step from one element to the next */
+} any_pos;
+
+/* the scale of one block (drive.c): 2**k (pow2) or `total`, from its amax (float64) */
+static void block_scale(const any_call *c, double amax, int bad, double tscale, int *pow2, int *k,
+                        double *total);
+
+/* an element loop: n elements of W arrays xs -> ys (see loops.c) */
+typedef void (*any_loop)(const void *xs, void *ys, int64_t n, const any_call *c, const any_pos *at,
+                         int64_t *und);
+
+static const size_t any_tsize[4] = {2, 2, 4, 8};
+
+/* widen n elements of dtype tdt into the working type (exact) */
+static void load_f32(const void *x, int tdt, float *w, int64_t n) {
+    if (tdt == T_F16) {
+        const uint16_t *h = (const uint16_t *)x;
+        for (int64_t i = 0; i < n; i++) w[i] = half_to_float(h[i]);
+    } else if (tdt == T_BF16) {
+        const uint16_t *h = (const uint16_t *)x;
+        for (int64_t i = 0; i < n; i++) w[i] = bf16_to_float(h[i]);
+    } else {
+        memcpy(w, x, (size_t)n * 4);
+    }
+}
+
+static void load_f64(const void *x, int tdt, double *w, int64_t n) {
+    if (tdt == T_F16) {
+        const uint16_t *h = (const uint16_t *)x;
+        for (int64_t i = 0; i < n; i++) w[i] = (double)half_to_float(h[i]);
+    } else if (tdt == T_BF16) {
+        const uint16_t *h = (const uint16_t *)x;
+        for (int64_t i = 0; i < n; i++) w[i] = (double)bf16_to_float(h[i]);
+    } else if (tdt == T_F32) {
+        const float *f = (const float *)x;
+        for (int64_t i = 0; i < n; i++) w[i] = (double)f[i];
+    } else {
+        memcpy(w, x, (size_t)n * 8);
+    }
+}
+
+/* narrow working-type results to dtype tdt as torch's .to() does (float64 through float32) */
+static void store_f32(const float *w, void *y, int tdt, int64_t n) {
+    if (tdt == T_F16) {
+        uint16_t *h = (uint16_t *)y;
+        for (int64_t i = 0; i < n; i++) h[i] = float_to_half(w[i]);
+    } else if (tdt == T_BF16) {
+        uint16_t *h = (uint16_t *)y;
+        for (int64_t i = 0; i < n; i++) h[i] = float_to_bf16(w[i]);
+    } else {
+        memcpy(y, w, (size_t)n * 4);
+    }
+}
+
+static void store_f64(const double *w, void *y, int tdt, int64_t n) {
+    if (tdt == T_F16) {
+        uint16_t *h = (uint16_t *)y;
+        for (int64_t i = 0; i < n; i++) h[i] = float_to_half((float)w[i]);
+    } else if (tdt == T_BF16) {
+        uint16_t *h = (uint16_t *)y;
+        for (int64_t i = 0; i < n; i++) h[i] = float_to_bf16((float)w[i]);
+    } else if (tdt == T_F32) {
+        float *f = (float *)y;
+        for (int64_t i = 0; i < n; i++) f[i] = (float)w[i];
+    } else {
+        memcpy(y, w, (size_t)n * 8);
+    }
+}

@@ -1,0 +1,152 @@
+/* A small persistent thread pool (pthreads, no OpenMP: torch has its own runtime in this
+ * process, and a second one would oversubscribe the cores).
+ *
+ * The calling thread runs part 0 of a job; part w (w >= 1) goes to worker w through its own
+ * mailbox (a ticket counter), so a worker that is not needed never sees the job. Workers spin
+ * briefly after their last job (a training loop calls thousands of times per second, and a
+ * sleeping thread takes tens of microseconds to wake), then sleep on a condition variable.
+ * Results never depend on the number of parts: every element's value is a function of the
+ * element and its index only. After fork() the child starts a pool of its own.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#define POOL_MAX 64
+#define POOL_SPIN 4000 /* polls (about 50 us) before a worker goes to sleep */
+
+typedef void (*pool_task)(void *ctx, int part, int parts);
+
+typedef struct {
+    uint64_t ticket; /* bumped by the caller: a new job for this worker */
+    uint64_t done;   /* set to ticket by the worker when its part is finished */
+    int sleeping;
+    pthread_cond_t cv;
+    char pad[64];
+} pool_slot;
+
+static struct {
+    pthread_mutex_t mu;
+    pid_t pid;
+    int workers; /* started so far */
+    pool_task task;
+    void *ctx;
+    int parts;
+    pool_slot slot[POOL_MAX];
+} pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, {{0}}};
+
+static pthread_mutex_t pool_start_mu = PTHREAD_MUTEX_INITIALIZER;
+
+ANY_INLINE void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void *pool_worker(void *arg) {
+    int w = (int)(intptr_t)arg;
+    pool_slot *s = &pool.slot[w];
+    /* 0, not the ticket's current value: the caller may post this worker's first job before the
+       thread gets to run, and that job must not be taken for an old one */
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t t = seen;
+        for (int i = 0; i < POOL_SPIN && t == seen; i++) {
+            cpu_relax();
+            t = __atomic_load_n(&s->ticket, __ATOMIC_ACQUIRE);
+        }
+        if (t == seen) {
+            pthread_mutex_lock(&pool.mu);
+            __atomic_store_n(&s->sleeping, 1, __ATOMIC_SEQ_CST);
+            while ((t = __atomic_load_n(&s->ticket, __ATOMIC_SEQ_CST)) == seen)
+                pthread_cond_wait(&s->cv, &pool.mu);
+            __atomic_store_n(&s->sleeping, 0, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&pool.mu);
+        }
+        seen = t;
+        pool.task(pool.ctx, w, pool.parts);
+        __atomic_store_n(&s->done, t, __ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
+/* Make sure workers 1 .. parts-1 exist (in this process); returns how many parts can run. */
+static int pool_ensure(int parts) {
+    if (parts > POOL_MAX) parts = POOL_MAX;
+    pid_t pid = getpid();
+    if (__atomic_load_n(&pool.pid, __ATOMIC_ACQUIRE) == pid && pool.workers >= parts - 1) return parts;
+    pthread_mutex_lock(&pool_start_mu);
+    if (pool.pid != pid) { /* first use, or a forked child: the parent's workers are not here */
+        pthread_mutex_init(&pool.mu, 0);
+        memset(pool.slot, 0, sizeof pool.slot);
+        pool.workers = 0;
+        __atomic_store_n(&pool.pid, pid, __ATOMIC_RELEASE);
+    }
+    while (pool.workers < parts - 1) {
+        int w = pool.workers + 1;
+        pthread_cond_init(&pool.slot[w].cv, 0);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t th;
+        int err = pthread_create(&th, &attr, pool_worker, (void *)(intptr_t)w);
+        pthread_attr_destroy(&attr);
+        if (err) break;
+        pool.workers = w;
+    }
+    int can = pool.workers + 1;
+    pthread_mutex_unlock(&pool_start_mu);
+    return parts < can ? parts : can;
+}
+
+/* One caller at a time runs jobs (Python threads may call concurrently: they queue here). */
+static pthread_mutex_t pool_job_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void pool_run(pool_task task, void *ctx, int parts) {
+    if (parts > 1) parts = pool_ensure(parts);
+    if (parts <= 1) {
+        task(ctx, 0, 1);
+        return;
+    }
+    pthread_mutex_lock(&pool_job_mu);
+    pool.task = task;
+    pool.ctx = ctx;
+    pool.parts = parts;
+    uint64_t tickets[POOL_MAX];
+    for (int w = 1; w < parts; w++) {
+        pool_slot *s = &pool.slot[w];
+        tickets[w] = __atomic_add_fetch(&s->ticket, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->sleeping, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&pool.mu);
+            pthread_cond_signal(&s->cv);
+            pthread_mutex_unlock(&pool.mu);
+        }
+    }
+    task(ctx, 0, parts);
+    for (int w = 1; w < parts; w++) {
+        pool_slot *s = &pool.slot[w];
+        int spins = 0;
+        while (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE) != tickets[w]) {
+            if (++spins < 1 << 16) cpu_relax();
+            else sched_yield(); /* the worker lost its core: give it ours */
+        }
+    }
+    pthread_mutex_unlock(&pool_job_mu);
+}
+
+/* Even split of [0, n) into `parts` ranges, boundaries on multiples of 64 elements. */
+ANY_INLINE void pool_range(int64_t n, int part, int parts, int64_t *begin, int64_t *end) {
+    int64_t chunks = (n + 63) / 64;
+    int64_t b = chunks * part / parts * 64, e = chunks * (part + 1) / parts * 64;
+    *begin = b < n ? b : n;
+    *end = e < n ? e : n;
+}
+
+/* Parts for n elements: at most `threads`, each of at least `grain` elements. */
+ANY_INLINE int pool_parts(int64_t n, int64_t grain, int threads) {
+    int64_t parts = grain > 0 ? n / grain : n;
+    if (parts > threads) parts = threads;
+    return parts < 1 ? 1 : (int)parts;
+}

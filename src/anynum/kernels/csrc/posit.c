@@ -1,0 +1,122 @@
+/* Template (see scalar.c): posits, anynum.formats.posit.Posit.locate and the eager kernel
+ * anynum.kernels.posit._round_posit, operation for operation, in W with WI integers. */
+
+#define SHLW(v, s) ((WI)((WU)(v) << (s)))
+
+typedef struct {
+    W maxpos, minpos;
+    W lift_below; /* 2**emin of W where subnormal inputs must be lifted (Posit.locate), else 0 */
+    W floor_mag;  /* minpos (nothing nonzero rounds to 0), or 0 with underflow="zero" */
+    WI n, es, scale_exp;
+    WU one; /* 1, read from the parameters: GCC 12 does not vectorise 64-bit `1 << v`, but `one << v` */
+} SFX(posit_k);
+
+ANY_INLINE SFX(posit_k) SFX(posit_consts)(const any_posit *p) {
+    SFX(posit_k) k;
+    k.maxpos = (W)p->maxpos;
+    k.minpos = (W)p->minpos;
+    k.n = p->n;
+    k.es = p->es;
+    k.scale_exp = p->scale_exp;
+    k.lift_below = p->lift ? W_EMIN_VAL : (W)0;
+    k.floor_mag = p->underflow_zero ? (W)0 : k.minpos;
+    k.one = (WU)p->one;
+    return k;
+}
+
+ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t base, uint64_t index,
+                               int rbits, double two_r, int *und) {
+    const WI n = k->n, es = k->es;
+    W a = FABSW(x);
+    int finite = a < (W)INFINITY;
+    W as = (finite & (a > (W)0)) ? a : (W)1;
+
+    /* locate: the posit bit string of `as` after the regime is z = e << MAN | mantissa */
+    int tiny = as < k->lift_below; /* lift subnormals so their exponent reads right */
+    W al = tiny ? as * W_LIFT : as;
+    WI b = (WI)SFX(bits)(al);
+    WI big_e = (b >> W_MAN) - W_BIAS - (tiny ? (WI)W_LIFT_BITS : (WI)0);
+    WI mant = b & (WI)W_MANMASK;
+    big_e = big_e + k->scale_exp;
+    WI kk = big_e >> es; /* floor division by 2**es */
+    WI z = SHLW(big_e & (SHLW(1, es) - 1), W_MAN) | mant;
+    int over = kk >= n - 2;
+    int under = kk <= -(n - 1);
+    WI kc = kk < -(n - 2) ? -(n - 2) : kk;
+    kc = kc > n - 3 ? n - 3 : kc;
+    WI m = kc >= 0 ? n - 3 - kc : n - 2 + kc;  /* bits kept after the regime */
+    WI p = es + W_MAN - m;                      /* dropped bits of z */
+    WI pc = p < 0 ? 0 : p;
+    WI kept = z >> pc;
+    WI step = SHLW(k->one, pc);
+    WI dropped = z - SHLW(kept, pc);
+    /* the last kept bit: of z, a padding zero (p < 0), or the regime's final bit (1 for k < 0);
+       integer arithmetic, not booleans, which GCC does not vectorise here */
+    const int top_bit = 8 * (int)sizeof(WI) - 1;
+    WI parity = m == 0 ? (WI)((WU)kc >> top_bit) : ((kept & 1) & ~(p >> top_bit));
+    WI basebits = SHLW(kc * SHLW(1, es) + (W_BIAS - k->scale_exp), W_MAN);
+    WI lo_bits = basebits + SHLW(kept, pc);
+    W lo = SFX(from)((WU)lo_bits);
+    lo = under ? (W)0 : lo;
+    lo = over ? k->maxpos : lo;
+    W hi = SFX(from)((WU)(lo_bits + step));
+    hi = under ? k->minpos : hi;
+    hi = over ? k->maxpos : hi;
+    WI depth = -kk - (n - 2);
+    dropped = over ? (WI)0 : dropped;
+    dropped = under ? SHLW(1, es + W_MAN) + z : dropped;
+    WI dlen = under ? es + W_MAN + depth : pc;
+    int uniform = (p <= W_MAN) & !under & !over;
+    parity = under ? 0 : parity;
+
+    int neg = x < (W)0;
+    int up;
+    if (M == M_SR || M == M_SRT) {
+        if (M == M_SR) { /* value_position: linear in the value */
+            double a64 = (double)as, lo64 = (double)lo, hi64 = (double)hi;
+            double gap = hi64 - lo64;
+            double ratio = (a64 - lo64) / (gap > 0.0 ? gap : 1.0);
+            int64_t len = dlen > 62 ? 62 : (int64_t)dlen;
+            double exact = (double)dropped * f64_from((uint64_t)(1023 - len) << 52);
+            double pr = (uniform & !under) ? exact : ratio;
+            /* clamp(pr, 0, 1 - 2**-53); pr >= 0 already (lo <= a), and the upper clamp is taken on
+               the bits: as a select on doubles GCC threads it into the random draw and gives up */
+            uint64_t pbits = f64_bits(pr);
+            pbits = pbits > 0x3FEFFFFFFFFFFFFFull ? 0x3FEFFFFFFFFFFFFFull : pbits;
+            pr = f64_from(pbits);
+            up = sr_exact_up(pr, base, index, und);
+        } else { /* frac_truncated: the first rbits dropped bits */
+            int64_t d = (int64_t)dropped, len = (int64_t)dlen;
+            int64_t ush = rbits - len, dsh = len - rbits;
+            ush = ush < 0 ? 0 : (ush > 62 ? 62 : ush);
+            dsh = dsh < 0 ? 0 : (dsh > 62 ? 62 : dsh);
+            int64_t kept_r = (int64_t)((uint64_t)d << ush) >> dsh;
+            double pr = (double)kept_r * (1.0 / two_r);
+            up = sr_trunc_up(pr, base, index, rbits, two_r);
+        }
+    } else {
+        /* frac_class: 0, 1/4, 1/2, 3/4 as the dropped bits are zero, below, at, above the tie */
+        const WI top = (WI)(8 * sizeof(WI) - 2);
+        WI shift = dlen - 1 < 0 ? 0 : dlen - 1;
+        shift = shift > top ? top : shift;
+        WI half = dlen > 0 ? SHLW(k->one, shift) : 0;
+        /* counted, not selected: chains of selects here get jump-threaded into branches */
+        WI nonzero = dropped != 0;
+        W cls = (W)(nonzero + (nonzero & (dropped >= half)) + (dropped > half)) * (W)0.25;
+        if (M == M_SRU) {
+            up = (cls > (W)0) & sr_coin(base, index);
+        } else if (M == M_RU || M == M_RD) {
+            up = (cls > (W)0) & (M == M_RU ? !neg : neg);
+        } else { /* nearest (three tie rules), toward zero, odd: on the magnitude's code */
+            W par = (W)(WI)parity;
+            W r = SFX(round_scaled)(par + cls, M, base, index, rbits, two_r, und);
+            up = (r - par) > (W)0;
+        }
+    }
+    W mag = up ? hi : lo;
+    mag = mag < k->floor_mag ? k->floor_mag : mag;
+    W y = ((a == (W)0) | (mag == (W)0)) ? (W)0 : (neg ? -mag : mag);
+    return finite ? y : (W)NAN;
+}
+
+#undef SHLW

@@ -1,0 +1,153 @@
+/* Template, pasted once per working type W (float: SFX _f32, double: SFX _f64) with
+ *   W, WI (signed int of W's width), WU (unsigned), W_MAN (fraction bits), W_BIAS,
+ *   W_EXPMASK, W_MANMASK, W_EMIN_VAL (2**emin), W_TINY (smallest subnormal), W_LIFT (2**(man+2)),
+ *   W_LIFT_BITS (man+2), W_RECIP_MAGIC, FLOORW, CEILW, TRUNCW, RINTW, FABSW, COPYSIGNW.
+ *
+ * round_scaled: anynum.rounding.round_scaled, the one rule per mode on scaled values.
+ * float_round / uniform_round: the eager kernels _round_float and _round_uniform.
+ */
+
+ANY_INLINE WU SFX(bits)(W v) { WU u; memcpy(&u, &v, sizeof u); return u; }
+ANY_INLINE W SFX(from)(WU u) { W v; memcpy(&v, &u, sizeof v); return v; }
+
+/* Round scaled values to integers (in W) under mode M; NaN and +-inf pass through. */
+ANY_INLINE W SFX(round_scaled)(W s, const int M, uint64_t base, uint64_t index, int rbits,
+                                double two_r, int *und) {
+    if (M == M_RNE) return RINTW(s);
+    if (M == M_RZ) return TRUNCW(s);
+    if (M == M_RU) return CEILW(s);
+    if (M == M_RD) return FLOORW(s);
+    /* the other modes decide on the magnitude, where a - floor(a) is exact */
+    W a = FABSW(s);
+    W lo = FLOORW(a);
+    W f = a - lo;
+    int away;
+    if (M == M_RNA) away = f >= (W)0.5;
+    else if (M == M_RNZ) away = f > (W)0.5;
+    else if (M == M_RO) away = (f > (W)0) & (lo * (W)0.5 == FLOORW(lo * (W)0.5));
+    else if (M == M_SR) away = sr_exact_up((double)f, base, index, und);
+    else if (M == M_SRT) away = sr_trunc_up((double)f, base, index, rbits, two_r);
+    else away = (f > (W)0) & sr_coin(base, index);
+    return COPYSIGNW(lo + (away ? (W)1 : (W)0), s);
+}
+
+/* --- FloatFormat ----------------------------------------------------------------------------- */
+
+/* The format's flags as working-type constants, so that the element code is selects and
+   arithmetic on W only (mixing int flags into the selects stops GCC's vectoriser). */
+typedef struct {
+    W step_scale, step_min, smallest_normal, limit, far;
+    W lift_below; /* 2**emin of W when the format's binades continue below W's normal range, else 0 */
+    W flush_below; /* the smallest normal when subnormals flush, else 0 */
+    W zero_fill;   /* what a zero result becomes (with x's sign): 0, or the smallest normal (no zero) */
+    W zero_add;    /* -0.0 keeps -0, +0.0 turns it into +0 (formats without -0) */
+    W neg_mul;     /* 1, or NaN for unsigned formats (negative inputs have no value) */
+    WU sign_keep;  /* all ones, or everything but the sign bit for unsigned formats */
+} SFX(float_k);
+
+ANY_INLINE SFX(float_k) SFX(float_consts)(const any_float *p) {
+    SFX(float_k) k;
+    k.step_scale = (W)p->step_scale;
+    k.step_min = (W)p->step_min;
+    k.smallest_normal = (W)p->smallest_normal;
+    k.limit = (W)p->limit;
+    /* where an overflowing result goes when it goes past max: inf, or NaN standing for it */
+    k.far = p->overflow == 0 ? k.limit : (p->overflow == 2 ? (W)NAN : (W)INFINITY);
+    k.lift_below = p->lift_tiny ? W_EMIN_VAL : (W)0;
+    k.flush_below = p->flush ? k.smallest_normal : (W)0;
+    k.zero_fill = p->zero ? (W)0 : k.smallest_normal;
+    k.zero_add = p->negative_zero ? (W)-0.0 : (W)0.0;
+    k.neg_mul = p->is_signed ? (W)1 : (W)NAN;
+    k.sign_keep = p->is_signed ? ~(WU)0 : ~((WU)1 << (8 * sizeof(W) - 1));
+    return k;
+}
+
+/* 2**floor(log2 a) for normal a (a with its fraction bits cleared); 0 for zero and subnormals */
+ANY_INLINE W SFX(binade)(W a) { return SFX(from)(SFX(bits)(a) & W_EXPMASK); }
+
+/* 1/step from the bits of a normal power of two whose reciprocal is normal: exact, and a
+   multiply by it rounds like the division (both round the same exact quotient) */
+ANY_INLINE W SFX(reciprocal)(W step) { return SFX(from)(W_RECIP_MAGIC - SFX(bits)(step)); }
+
+/* anynum.kernels.eager.float_grid_step */
+ANY_INLINE W SFX(grid_step)(W a, const SFX(float_k) *k) {
+    W binade = SFX(binade)(a);
+    W tiny_binade = SFX(binade)(a * W_LIFT) / W_LIFT;
+    binade = a < k->lift_below ? tiny_binade : binade;
+    W step = binade * k->step_scale;
+    step = step < k->step_min ? k->step_min : step;
+    return a < k->flush_below ? k->smallest_normal : step;
+}
+
+/* COMMON: the format is signed and has a zero (fewer selects: GCC vectorises that loop);
+   RECIP: every step's reciprocal is an exact normal number. */
+ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int COMMON,
+                               const int RECIP, uint64_t base, uint64_t index, int rbits, double two_r,
+                               int *und) {
+    W ax = FABSW(x);
+    W step = SFX(grid_step)(ax, k);
+    W s = RECIP ? x * SFX(reciprocal)(step) : x / step;
+    W r = SFX(round_scaled)(s, M, base, index, rbits, two_r, und);
+    int x_inf = ax == (W)INFINITY;
+    /* apply_overflow: where an overflowing result goes past max (inf, or NaN standing for it) */
+    int beyond = (M == M_RZ || M == M_RO) ? x_inf
+                 : M == M_RU              ? (x_inf | (x > (W)0))
+                 : M == M_RD              ? (x_inf | (x < (W)0))
+                                          : 1;
+    W y = x_inf ? x : r * step;
+    y = COPYSIGNW(y, x); /* keeps -0 for negatives rounded to zero */
+    if (!COMMON) y = y == (W)0 ? COPYSIGNW(k->zero_fill, x) : y;
+    W a = FABSW(y);
+    a = a > k->limit ? (beyond ? k->far : k->limit) : a;
+    y = COPYSIGNW(a, y);
+    y = y + k->zero_add;
+    if (!COMMON) y = x < (W)0 ? y * k->neg_mul : SFX(from)(SFX(bits)(y) & k->sign_keep);
+    return y;
+}
+
+/* --- FixedPoint and IntFormat ---------------------------------------------------------------- */
+
+typedef struct {
+    W inv_step, step, tiny, code_min, code_max, modulus, inv_modulus, span, inv_span;
+} SFX(uniform_k);
+
+ANY_INLINE SFX(uniform_k) SFX(uniform_consts)(const any_uniform *p) {
+    SFX(uniform_k) k;
+    k.inv_step = (W)p->inv_step;
+    k.step = (W)p->step;
+    k.tiny = p->step_pos ? (W)p->tiny : (W)0; /* only steps above 1 can make x * 2**-step_exp vanish */
+    k.code_min = (W)p->code_min;
+    k.code_max = (W)p->code_max;
+    k.modulus = (W)p->modulus;
+    k.inv_modulus = (W)p->inv_modulus;
+    k.span = (W)p->span; /* as torch converts the scalar of torch.fmod(x, span): may be inf */
+    k.inv_span = (W)(1.0 / p->span);
+    return k;
+}
+
+ANY_INLINE W SFX(uniform_round)(W x, const SFX(uniform_k) *k, const int M, const int WRAP,
+                                 uint64_t base, uint64_t index, int rbits, double two_r, int *und) {
+    if (WRAP) {
+        /* torch.fmod(x, span) first (exact; span a power of two): x - trunc(x / span) * span is
+           exact too (x / span is exact from 1 up and truncates to 0 below), and the sign of a zero
+           does not reach the result; an infinite span leaves x as it is */
+        W xr = x - TRUNCW(x * k->inv_span) * k->span;
+        x = k->span < (W)INFINITY ? xr : x;
+    }
+    W s = x * k->inv_step; /* exact unless it underflows (steps above 1 only) */
+    /* keep inputs that vanished nonzero, so directed modes still see their side */
+    s = ((s == (W)0) & (x != (W)0)) ? COPYSIGNW(k->tiny, x) : s;
+    W r = SFX(round_scaled)(s, M, base, index, rbits, two_r, und);
+    if (WRAP) {
+        /* torch.fmod(r, modulus), exact for integer-valued |r| <= modulus (as above), then one
+           shift by the modulus into [code_min, code_max]; NaN stays NaN */
+        W w = r - TRUNCW(r * k->inv_modulus) * k->modulus;
+        w = w > k->code_max ? w - k->modulus : w;
+        r = w < k->code_min ? w + k->modulus : w;
+    } else { /* torch.clamp: NaN stays NaN */
+        r = r < k->code_min ? k->code_min : r;
+        r = r > k->code_max ? k->code_max : r;
+    }
+    W y = r * k->step;
+    return y == (W)0 ? (W)0 : y; /* two's complement has no -0 */
+}

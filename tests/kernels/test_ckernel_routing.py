@@ -1,0 +1,143 @@
+"""The router sends CPU calls to the native kernels in "auto" mode, falls back cleanly without
+them, and keeps everything on the eager reference under ANYNUM_COMPILE=0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import anynum as an
+from anynum.kernels import ckernel, route
+from anynum.rounding import CounterRandom, RandomSource, Rounding
+
+FORMATS = [
+    an.E4M3FN,
+    an.BF16,
+    an.FixedPoint(4, 8),
+    an.Posit(16, 1),
+    an.Table.from_format(an.E2M1),
+    an.MXFP8_E4M3,
+]
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the calls the native kernels ran (returned a result for)."""
+    calls: list[int] = []
+    real = ckernel.native_round
+
+    def counting(params, call, x, rng, out=None):  # type: ignore[no-untyped-def]
+        y = real(params, call, x, rng, out)
+        if y is not None:
+            calls.append(x.numel())
+        return y
+
+    monkeypatch.setattr(ckernel, "native_round", counting)
+    return calls
+
+
+def test_auto_mode_picks_the_native_kernels_for_cpu_calls(
+    monkeypatch: pytest.MonkeyPatch,
+    counted: list[int],
+    cn,  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")
+    x = torch.randn(40, 100).t()  # non-contiguous
+    for fmt in FORMATS:
+        for dtype in (torch.float32, torch.float64):
+            for mode in (Rounding.NEAREST_EVEN, Rounding.STOCHASTIC):
+                plan = route.plan_for(
+                    fmt,
+                    mode,
+                    fmt.default_overflow,
+                    None,
+                    dtype,
+                    "cpu",
+                    "counter" if mode.is_stochastic else None,
+                )
+                assert plan.kernel_names()[0] == "native"
+        before = len(counted)
+        want = cn.reference(fmt, Rounding.STOCHASTIC, fmt.default_overflow, None, x, seed=3)
+        cn.assert_same(an.quantize(x, fmt, "sr", seed=3), want, x, fmt)
+        rounder = an.nn.Rounder(fmt)
+        cn.assert_same(
+            rounder(x), cn.reference(fmt, Rounding.NEAREST_EVEN, fmt.default_overflow, None, x), x, fmt
+        )
+        inplace = x.contiguous()
+        rounder.round_into(inplace)
+        cn.assert_same(inplace, rounder(x), x, fmt)
+        assert counted[before:] == [4000] * 4
+
+
+def test_without_the_library_the_other_kernels_run(
+    monkeypatch: pytest.MonkeyPatch, counted: list[int], cn
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")
+    monkeypatch.setattr(ckernel, "library", lambda: None)
+    x = torch.randn(3000)
+    for fmt in (an.E4M3FN, an.Posit(8, 2)):
+        want = cn.reference(fmt, Rounding.TOWARD_ZERO, fmt.default_overflow, None, x)
+        cn.assert_same(an.quantize(x, fmt, "rz"), want, x, fmt)
+    assert counted == []
+
+
+def test_compile_zero_keeps_the_eager_reference(monkeypatch: pytest.MonkeyPatch, counted: list[int]) -> None:
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")
+    plan = route.plan_for(an.E4M3FN, Rounding.STOCHASTIC, "saturate", None, torch.float32, "cpu", "counter")
+    assert plan.kernel_names() == ["eager"]
+    an.quantize(torch.randn(100), an.E4M3FN, "sr", seed=1)
+    an.nn.Rounder(an.Posit(8, 2))(torch.randn(100))
+    assert counted == []
+
+
+def test_what_the_native_kernels_leave_to_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")
+    native = next(k for k in route.kernels() if k.name == "native")
+    call = route.Call(an.E4M3FN, Rounding.NEAREST_EVEN, "saturate", None, torch.float32, "cuda", None)
+    assert not native.covers(call)  # other devices: the compiled kernels
+    custom = route.Call(an.E4M3FN, Rounding.STOCHASTIC, "saturate", None, torch.float32, "cpu", "custom")
+    assert not native.covers(custom)  # bits the loop cannot draw
+
+    class Injected(RandomSource):  # not counter-based: the eager path draws from it
+        def bits_at(self, index: torch.Tensor, nbits: int, stream: int) -> torch.Tensor:
+            return CounterRandom(2).bits_at(index, nbits, stream)
+
+    x = torch.randn(500)
+    want = an.quantize(x, an.E5M2, "sr", seed=2)
+    assert torch.equal(an.quantize(x, an.E5M2, "sr", generator=Injected()), want)
+
+
+def test_no_compiler_warns_once_and_quantize_stays_right(tmp_path: Path) -> None:
+    """A machine without a working C compiler: nativelib warns once, the eager path answers."""
+    code = textwrap.dedent(
+        """
+        import warnings
+        warnings.simplefilter("always")
+        import torch, anynum as an
+        from anynum.kernels import round_to_format
+        x = torch.linspace(-600.0, 600.0, 4001)
+        for _ in range(2):
+            y = an.quantize(x, an.E4M3FN, "rz")
+        ref = round_to_format(an.E4M3FN, x, an.Rounding.TOWARD_ZERO, "saturate", None, None)
+        print("EQUAL" if torch.equal(y, ref) else "DIFFERENT")
+        """
+    )
+    env = {
+        **os.environ,
+        "ANYNUM_COMPILE": "auto",
+        "CC": "false",
+        "ANYNUM_CACHE_DIR": str(tmp_path / "c"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "EQUAL" in result.stdout.split()
+    assert result.stderr.count("could not build or load the native kernel 'anynum_round'") == 1
