@@ -230,33 +230,16 @@ def _cmd_emulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    import os
+    from anynum.experiments.bench import bench_report
 
-    from anynum.experiments.bench import (
-        first_calls,
-        first_calls_table,
-        main_table,
-        plot_throughput,
-        run_benchmark,
-        write_json,
-    )
-
-    result = run_benchmark(
-        args.sizes, args.repeats, args.threads, args.budget, progress=lambda m: print(m, file=sys.stderr)
-    )
-    if args.first_calls:
-        result["first_calls"] = first_calls(args.threads)
-    print(main_table(result))
-    if args.first_calls:
-        print(first_calls_table(result["first_calls"]))
     try:
-        for path in (args.json, args.plot):
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        write_json(result, args.json)
-        plot_throughput(result, args.plot)
+        text = bench_report(
+            args.sizes, args.repeats, args.threads, args.budget, with_first_calls=args.first_calls,
+            json_path=args.json, plot_path=args.plot, progress=lambda m: print(m, file=sys.stderr),
+        )
     except OSError as exc:
         raise AnynumError(f"cannot write {exc.filename}: {exc.strerror}") from None
-    print(f"wrote {args.json} and {args.plot}")
+    print(text)
     return 0
 
 

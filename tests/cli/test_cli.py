@@ -271,3 +271,19 @@ def test_cli_and_experiments_do_not_import_matplotlib_or_dask():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert res.stdout.strip() == "[]"
+
+
+def test_bench_prints_the_table_and_writes_json_and_plot(tmp_path, capsys):
+    import json
+
+    from anynum.cli import main
+
+    js, png = tmp_path / "b" / "q.json", tmp_path / "b" / "q.png"
+    assert main(["bench", "--sizes", "4096", "--repeats", "1", "--budget", "0.2",
+                 "--json", str(js), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "e4m3fn nearest" in out and f"wrote {js} and {png}" in out
+    rows = json.loads(js.read_text())["rows"]
+    copy = next(r for r in rows if r["impl"] == "copy_")
+    assert copy["x_copy"] == 1.0 and png.stat().st_size > 0
+    assert {r["case"] for r in rows if r["impl"] == "anynum"} >= {"e4m3fn nearest", "posit(16,1) nearest"}

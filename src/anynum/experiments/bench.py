@@ -35,8 +35,8 @@ import torch
 import anynum as an
 
 __all__ = [
-    "PEERS", "SIZES", "Entry", "cpu_description", "first_calls", "first_calls_table", "main_table",
-    "plot_throughput", "run_benchmark", "write_json",
+    "PEERS", "SIZES", "Entry", "bench_report", "cpu_description", "first_calls", "first_calls_table",
+    "main_table", "plot_throughput", "run_benchmark", "write_json",
 ]  # fmt: skip
 
 SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 24)
@@ -65,7 +65,11 @@ def _optional(name: str) -> Any | None:
 
 
 def cpu_description() -> dict[str, str]:
-    """The CPU model and the flags that matter to these kernels (Linux /proc/cpuinfo)."""
+    """The CPU model and the flags that matter to these kernels (Linux /proc/cpuinfo).
+
+    >>> sorted(cpu_description())[:2]
+    ['cores', 'flags']
+    """
     model, flags = platform.processor() or platform.machine(), ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -208,6 +212,11 @@ def run_benchmark(
     """Time every entry at every size; a JSON-ready dict of medians, minima and ratios to copy_.
 
     `peers`: the peers to time (those installed); `budget`: seconds a peer's cell may take.
+
+    >>> result = run_benchmark([4096], repeats=1, peers=(), progress=lambda m: None)
+    >>> row = next(r for r in result["rows"] if r["case"] == "e4m3fn nearest")
+    >>> row["impl"], row["size"], row["x_copy"] > 0
+    ('anynum', 4096, True)
     """
     torch.set_num_threads(threads)
     mods = {p: _optional(p) if p in peers else None for p in PEERS}
@@ -284,7 +293,12 @@ def _target(size: int, family: str, row: dict[str, Any]) -> str:
 
 def main_table(result: dict[str, Any]) -> str:
     """One text table: per size and case, anynum's time as a multiple of copy_ and of the bf16 round
-    trip, its throughput, the target, and each peer's time as a multiple of copy_."""
+    trip, its throughput, the target, and each peer's time as a multiple of copy_.
+
+    >>> result = run_benchmark([4096], repeats=1, peers=(), progress=lambda m: None)
+    >>> print(main_table(result).splitlines()[1])
+    times are medians as multiples of out.copy_(x) (and of x.to(bfloat16).float()) in the same run
+    """
     meta = result["meta"]
     cpu = meta["cpu"]
     peers = [p for p in PEERS if any(r["impl"] == p for r in result["rows"])]
@@ -319,6 +333,14 @@ def main_table(result: dict[str, Any]) -> str:
 
 
 def write_json(result: dict[str, Any], path: str) -> None:
+    """Write `result` (from `run_benchmark`) as indented JSON to `path`.
+
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     write_json({"meta": {}, "notes": [], "rows": []}, f"{d}/bench.json")
+    ...     json.load(open(f"{d}/bench.json"))["rows"]
+    []
+    """
     import json
 
     with open(path, "w", encoding="utf-8") as fh:
@@ -326,7 +348,15 @@ def write_json(result: dict[str, Any], path: str) -> None:
 
 
 def plot_throughput(result: dict[str, Any], path: str) -> None:
-    """A PNG of throughput (Melem/s) against size: one panel per family, copy_ and bf16 as references."""
+    """A PNG of throughput (Melem/s) against size: one panel per family, copy_ and bf16 as references.
+
+    >>> import os, tempfile
+    >>> result = run_benchmark([4096, 8192], repeats=1, peers=(), progress=lambda m: None)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plot_throughput(result, f"{d}/throughput.png")
+    ...     os.path.getsize(f"{d}/throughput.png") > 0
+    True
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -378,13 +408,23 @@ print(json.dumps({"import_s": imported, "first_s": times}))
 """
 
 
-def first_calls(threads: int = 2, size: int = 1 << 22, cache_dir: str | None = None) -> dict[str, Any]:
+def first_calls(
+    threads: int = 2,
+    size: int = 1 << 22,
+    cache_dir: str | None = None,
+    families: Sequence[str] = ("float", "fixed", "posit", "table", "block"),
+) -> dict[str, Any]:
     """First-call latency, each part in fresh processes (ANYNUM_COMPILE=auto).
 
     ``cold``: the first call with an empty native cache (the one build per user and machine:
-    a fresh ``ANYNUM_CACHE_DIR``); ``warm``: for each family, a fresh process whose first
-    call loads the built library, then the first call of every other (format, mode) of the
-    family in that process.
+    a fresh ``ANYNUM_CACHE_DIR``); ``warm``: for each of `families`, a fresh process whose
+    first call loads the built library, then the first call of every other (format, mode) of
+    the family in that process. With `cache_dir` (an existing cache) nothing is built.
+
+    >>> from anynum.kernels.nativelib import cache_dir
+    >>> fc = first_calls(size=4096, cache_dir=str(cache_dir()), families=("fixed",))
+    >>> sorted(fc["warm"]), fc["size"]
+    (['fixed'], 4096)
     """
     import json
     import subprocess
@@ -402,12 +442,18 @@ def first_calls(threads: int = 2, size: int = 1 << 22, cache_dir: str | None = N
     with tempfile.TemporaryDirectory(prefix="anynum-bench-cache-") as fresh:
         cold = run("float", {**env, "ANYNUM_CACHE_DIR": cache_dir or fresh})
         warm = {fam: run(fam, {**env, "ANYNUM_CACHE_DIR": cache_dir or fresh})
-                for fam in ("float", "fixed", "posit", "table", "block")}  # fmt: skip
+                for fam in families}  # fmt: skip
     return {"size": size, "threads": threads, "cold": cold, "warm": warm}
 
 
 def first_calls_table(fc: dict[str, Any]) -> str:
-    """The first-call results as lines of text: the cold build, then the warm first calls."""
+    """The first-call results as lines of text: the cold build, then the warm first calls.
+
+    >>> fc = {"size": 4096, "threads": 2, "cold": {"first_s": {"e4m3fn nearest": 0.9}},
+    ...       "warm": {"float": {"import_s": 1.1, "first_s": {"e4m3fn nearest": 0.02, "e5m2 sr": 0.001}}}}
+    >>> print(first_calls_table(fc).splitlines()[-1])
+      worst first call with the cache warm: 0.020 s (target <= 0.5 s: ok)
+    """
     cold = fc["cold"]["first_s"]
     first_label = next(iter(cold))
     lines = [f"first calls, {fc['size']} float32 elements, {fc['threads']} threads, fresh processes:",
@@ -428,3 +474,40 @@ def first_calls_table(fc: dict[str, Any]) -> str:
         f"{'ok' if worst <= 0.5 else 'MISSED'})"
     )
     return "\n".join(lines)
+
+
+def bench_report(
+    sizes: Sequence[int] = SIZES,
+    repeats: int = 7,
+    threads: int = 2,
+    budget: float = 2.0,
+    *,
+    with_first_calls: bool = False,
+    json_path: str | None = None,
+    plot_path: str | None = None,
+    progress: Callable[[str], None] = print,
+    peers: Sequence[str] = PEERS,
+) -> str:
+    """``anynum bench``: run the benchmark, write its JSON and plot, return the text to print.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     text = bench_report([4096], 1, json_path=f"{d}/b.json", progress=lambda m: None, peers=())
+    >>> text.splitlines()[-1].startswith("wrote ")
+    True
+    """
+    result = run_benchmark(sizes, repeats, threads, budget, progress=progress, peers=peers)
+    if with_first_calls:
+        result["first_calls"] = first_calls(threads)
+    text = [main_table(result)]
+    if with_first_calls:
+        text.append(first_calls_table(result["first_calls"]))
+    written = []
+    for path, write in ((json_path, write_json), (plot_path, plot_throughput)):
+        if path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            write(result, path)
+            written.append(path)
+    if written:
+        text.append(f"wrote {' and '.join(written)}")
+    return "\n".join(text)
