@@ -37,25 +37,15 @@ import torch
 from anynum.compat import pychop as fp
 from anynum.compat import qtorch as fq
 from anynum.compat.qtorch import quant as fqq
+from anynum.experiments.peers import peer_extensions
 
 
-def _optional(name: str, extensions_dir: str | None = None) -> Any | None:
-    before = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if extensions_dir is not None:  # qtorch and qtorch_plus both build a "quant_cpu": keep them apart
-        from torch.utils.cpp_extension import get_default_build_root
-
-        os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(before or get_default_build_root(), extensions_dir)
+def _optional(name: str) -> Any | None:
     try:
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        with peer_extensions(name), open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
             return importlib.import_module(name)
     except Exception:
         return None
-    finally:
-        if extensions_dir is not None:
-            if before is None:
-                os.environ.pop("TORCH_EXTENSIONS_DIR", None)
-            else:
-                os.environ["TORCH_EXTENSIONS_DIR"] = before
 
 
 def build_cases(
@@ -66,7 +56,7 @@ def build_cases(
     x2 = x.reshape(-1, 256)
     table = torch.tensor([2.0**k for k in range(-8, 8)])
     q = _optional("qtorch.quant")
-    qp = _optional("qtorch_plus.quant", "qtorch_plus")
+    qp = _optional("qtorch_plus.quant")
     pc = _optional("pychop")
     for name, mod in (("qtorch", q), ("qtorch-plus", qp), ("pychop", pc)):
         if mod is None:

@@ -65,10 +65,13 @@ def qpytorch_setup() -> tuple[nn.Module, object] | None:
     QPyTorch's floats differ in detail (no inf/NaN, one more binade, ties away: PEERS.md); the
     work per element is the same kind. It rounds weights only in OptimLP, never at forward.
     """
+    from anynum.experiments.peers import peer_extensions
+
     try:
-        from qtorch import FloatingPoint
-        from qtorch.optim import OptimLP
-        from qtorch.quant import Quantizer, float_quantize
+        with peer_extensions("qtorch"):  # its C++ build in a directory of its own (Qtorch+ clashes)
+            from qtorch import FloatingPoint
+            from qtorch.optim import OptimLP
+            from qtorch.quant import Quantizer, float_quantize
     except ImportError:
         return None
 

@@ -23,30 +23,22 @@ import torch
 
 import anynum as an
 from anynum.compat.qtorch import quant as F
+from anynum.experiments.peers import peer_extensions
+
+
+def _peer(module: str):
+    with peer_extensions(module):  # each peer's "quant_cpu" build in a directory of its own
+        return pytest.importorskip(module)
 
 
 @pytest.fixture(scope="module")
 def Q():
-    return pytest.importorskip("qtorch.quant")
+    return _peer("qtorch.quant")
 
 
 @pytest.fixture(scope="module")
 def P():
-    # Both peers build an extension called "quant_cpu": give Qtorch+ its own build directory, so
-    # that loading one after the other reuses each cached build instead of rebuilding both.
-    import os
-
-    from torch.utils.cpp_extension import get_default_build_root
-
-    before = os.environ.get("TORCH_EXTENSIONS_DIR")
-    os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(before or get_default_build_root(), "qtorch_plus")
-    try:
-        return pytest.importorskip("qtorch_plus.quant")
-    finally:
-        if before is None:
-            del os.environ["TORCH_EXTENSIONS_DIR"]
-        else:
-            os.environ["TORCH_EXTENSIONS_DIR"] = before
+    return _peer("qtorch_plus.quant")
 
 
 def _data(n: int = 200_000, seed: int = 0) -> torch.Tensor:

@@ -19,7 +19,6 @@ Run ``python benchmarks/bench_quantize.py`` or ``anynum bench``.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import platform
 import random
@@ -33,10 +32,22 @@ import numpy as np
 import torch
 
 import anynum as an
+from anynum.experiments.firstcalls import first_calls, first_calls_table
+from anynum.experiments.peers import import_peer
 
 __all__ = [
-    "PEERS", "SIZES", "Entry", "bench_report", "cpu_description", "first_calls", "first_calls_table",
-    "main_table", "plot_throughput", "run_benchmark", "write_json",
+    "PEERS",
+    "SIZES",
+    "Entry",
+    "bench_report",
+    "case_format",
+    "cpu_description",
+    "first_calls",
+    "first_calls_table",
+    "main_table",
+    "plot_throughput",
+    "run_benchmark",
+    "write_json",
 ]  # fmt: skip
 
 SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 24)
@@ -55,13 +66,6 @@ class Entry:
     inner: int = 1  # calls per timing
     times: list[float] = dataclasses.field(default_factory=list)
     skipped: str | None = None
-
-
-def _optional(name: str) -> Any | None:
-    try:
-        return importlib.import_module(name)
-    except Exception:
-        return None
 
 
 def cpu_description() -> dict[str, str]:
@@ -110,7 +114,12 @@ CASES: list[tuple[str, str, str, str, int | None]] = [
 ]  # fmt: skip
 
 
-def _format(name: str) -> tuple[an.Format, str | None]:
+def case_format(name: str) -> tuple[an.Format, str | None]:
+    """The format and overflow policy a benchmark case names ("fixed(6,3)/wrap", "table(e2m1)").
+
+    >>> case_format("fixed(6,3)/wrap")[1], case_format("table(e2m1)")[0].size
+    ('wrap', 15)
+    """
     if name.endswith("/wrap"):
         return an.format(name[: -len("/wrap")]), "wrap"
     if name.startswith("table("):
@@ -174,7 +183,7 @@ def _peer_fns(label: str, fam: str, name: str, mode: str, rand_bits: int | None,
             fn, xl = getattr(sp, conv), x.tolist()
             fns["softposit"] = lambda: [float(fn(v)) for v in xl]
     elif fam == "table" and qtp is not None and mode == "nearest":
-        lut = torch.from_numpy(_format(name)[0].values()).float()
+        lut = torch.from_numpy(case_format(name)[0].values()).float()
         fns["qtorch_plus"] = lambda: qtp.quant.configurable_table_quantize(x, lut, 1.0)
     elif fam == "block" and name == "mxfp8_e4m3" and mode == "nearest" and qt is not None:
         fns["qtorch"] = lambda: qt.quant.block_quantize(x, 8, -1, "nearest")  # its own rule (PEERS.md)
@@ -191,7 +200,7 @@ def _entries(n: int, mods: dict[str, Any]) -> tuple[list[Entry], torch.Tensor]:
         Entry("bf16 round trip", "floor", "bf16", lambda: x.to(torch.bfloat16).float(), inner),
     ]
     for label, fam, name, mode, rand_bits in CASES:
-        fmt, overflow = _format(name)
+        fmt, overflow = case_format(name)
         seed = 1 if mode.startswith("sr") else None
         entries.append(Entry(label, fam, "anynum", lambda f=fmt, m=mode, o=overflow, s=seed, r=rand_bits:
                              an.quantize(x, f, m, overflow=o, seed=s, rand_bits=r, out=out),
@@ -219,14 +228,14 @@ def run_benchmark(
     ('anynum', 4096, True)
     """
     torch.set_num_threads(threads)
-    mods = {p: _optional(p) if p in peers else None for p in PEERS}
+    mods = {p: import_peer(p) if p in peers else None for p in PEERS}
     for p in ("qtorch", "qtorch_plus"):
         if mods[p] is not None:
-            mods[p] = _optional(f"{p}.quant") and mods[p]
+            mods[p] = import_peer(f"{p}.quant") and mods[p]
     if mods["pychop"] is not None:
         mods["pychop"].backend("torch")  # its default NumPy+Dask path is about 50x slower
     if mods["gfloat"] is not None:
-        mods["gfloat"] = _optional("gfloat.formats") and mods["gfloat"]
+        mods["gfloat"] = import_peer("gfloat.formats") and mods["gfloat"]
     notes = [f"{p} not installed: its column is empty (pip install 'anynum[bench]')"
              for p in peers if p in PEERS and mods[p] is None]  # fmt: skip
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
@@ -385,96 +394,6 @@ def plot_throughput(result: dict[str, Any], path: str) -> None:
 
 
 # --- first calls --------------------------------------------------------------------------------
-
-_FIRST = r"""
-import json, sys, time
-t0 = time.perf_counter()
-import torch, anynum as an
-from anynum.experiments.bench import CASES, _format
-imported = time.perf_counter() - t0
-torch.set_num_threads(int(sys.argv[2]))
-x = torch.randn(int(sys.argv[3])) * 4
-out = torch.empty_like(x)
-times = {}
-for label, fam, name, mode, rand_bits in CASES:
-    if sys.argv[1] not in ("all", fam):
-        continue
-    fmt, overflow = _format(name)
-    t0 = time.perf_counter()
-    an.quantize(x, fmt, mode, overflow=overflow, seed=1 if mode.startswith("sr") else None,
-                rand_bits=rand_bits, out=out)
-    times[label] = time.perf_counter() - t0
-print(json.dumps({"import_s": imported, "first_s": times}))
-"""
-
-
-def first_calls(
-    threads: int = 2,
-    size: int = 1 << 22,
-    cache_dir: str | None = None,
-    families: Sequence[str] = ("float", "fixed", "posit", "table", "block"),
-) -> dict[str, Any]:
-    """First-call latency, each part in fresh processes (ANYNUM_COMPILE=auto).
-
-    ``cold``: the first call with an empty native cache (the one build per user and machine:
-    a fresh ``ANYNUM_CACHE_DIR``); ``warm``: for each of `families`, a fresh process whose
-    first call loads the built library, then the first call of every other (format, mode) of
-    the family in that process. With `cache_dir` (an existing cache) nothing is built.
-
-    >>> from anynum.kernels.nativelib import cache_dir
-    >>> fc = first_calls(size=4096, cache_dir=str(cache_dir()), families=("fixed",))
-    >>> sorted(fc["warm"]), fc["size"]
-    (['fixed'], 4096)
-    """
-    import json
-    import subprocess
-    import sys
-    import tempfile
-
-    def run(family: str, env: dict[str, str]) -> dict[str, Any]:
-        cmd = [sys.executable, "-c", _FIRST, family, str(threads), str(size)]
-        done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
-        if done.returncode:
-            raise RuntimeError(f"first-call run failed: {done.stderr[-2000:]}")
-        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-    env = {"ANYNUM_COMPILE": "auto"}
-    with tempfile.TemporaryDirectory(prefix="anynum-bench-cache-") as fresh:
-        cold = run("float", {**env, "ANYNUM_CACHE_DIR": cache_dir or fresh})
-        warm = {fam: run(fam, {**env, "ANYNUM_CACHE_DIR": cache_dir or fresh})
-                for fam in families}  # fmt: skip
-    return {"size": size, "threads": threads, "cold": cold, "warm": warm}
-
-
-def first_calls_table(fc: dict[str, Any]) -> str:
-    """The first-call results as lines of text: the cold build, then the warm first calls.
-
-    >>> fc = {"size": 4096, "threads": 2, "cold": {"first_s": {"e4m3fn nearest": 0.9}},
-    ...       "warm": {"float": {"import_s": 1.1, "first_s": {"e4m3fn nearest": 0.02, "e5m2 sr": 0.001}}}}
-    >>> print(first_calls_table(fc).splitlines()[-1])
-      worst first call with the cache warm: 0.020 s (target <= 0.5 s: ok)
-    """
-    cold = fc["cold"]["first_s"]
-    first_label = next(iter(cold))
-    lines = [f"first calls, {fc['size']} float32 elements, {fc['threads']} threads, fresh processes:",
-             f"  cold native cache (the one build per user and machine): {first_label}: "
-             f"{cold[first_label]:.2f} s"]  # fmt: skip
-    worst = 0.0
-    for fam, res in fc["warm"].items():
-        t = res["first_s"]
-        label = next(iter(t))
-        rest = [v for k, v in t.items() if k != label]
-        worst = max(worst, *t.values())
-        lines.append(f"  warm cache, {fam}: first call in the process ({label}, loads the library) "
-                     f"{t[label]:.3f} s; first call of each other (format, mode): max "
-                     f"{max(rest) if rest else 0.0:.3f} s; "
-                     f"import anynum {res['import_s']:.2f} s")  # fmt: skip
-    lines.append(
-        f"  worst first call with the cache warm: {worst:.3f} s (target <= 0.5 s: "
-        f"{'ok' if worst <= 0.5 else 'MISSED'})"
-    )
-    return "\n".join(lines)
-
 
 def bench_report(
     sizes: Sequence[int] = SIZES,
