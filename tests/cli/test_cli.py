@@ -275,10 +275,12 @@ def test_cli_and_experiments_do_not_import_matplotlib_or_dask():
 
 def test_bench_prints_the_table_and_writes_json_and_plot(tmp_path, capsys):
     import json
+    import os
 
     from anynum.cli import main
 
     js, png = tmp_path / "b" / "q.json", tmp_path / "b" / "q.png"
+    backend = os.environ.get("chop_backend", "auto")  # Pychop's global switch; the bench sets its own
     assert main(["bench", "--sizes", "4096", "--repeats", "1", "--budget", "0.2",
                  "--json", str(js), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
@@ -287,3 +289,4 @@ def test_bench_prints_the_table_and_writes_json_and_plot(tmp_path, capsys):
     copy = next(r for r in rows if r["impl"] == "copy_")
     assert copy["x_copy"] == 1.0 and png.stat().st_size > 0
     assert {r["case"] for r in rows if r["impl"] == "anynum"} >= {"e4m3fn nearest", "posit(16,1) nearest"}
+    assert os.environ.get("chop_backend", "auto") == backend  # restored: later Pychop users see theirs

@@ -227,6 +227,23 @@ def run_benchmark(
     >>> row["impl"], row["size"], row["x_copy"] > 0
     ('anynum', 4096, True)
     """
+    # Pychop's global backend switch (set to "auto" when Pychop is imported): restored below
+    chop_backend = os.environ.get("chop_backend", "auto")
+    try:
+        return _run(sizes, repeats, threads, budget, progress, peers)
+    finally:
+        if "chop_backend" in os.environ:
+            os.environ["chop_backend"] = chop_backend
+
+
+def _run(
+    sizes: Sequence[int],
+    repeats: int,
+    threads: int,
+    budget: float,
+    progress: Callable[[str], None],
+    peers: Sequence[str],
+) -> dict[str, Any]:
     torch.set_num_threads(threads)
     mods = {p: import_peer(p) if p in peers else None for p in PEERS}
     for p in ("qtorch", "qtorch_plus"):
