@@ -107,7 +107,10 @@ def test_two_threads_give_the_one_thread_bits(fmt: an.Format, dtype: torch.dtype
     try:
         an.quantize(torch.zeros(1, dtype=dtype), fmt)
     except an.AnynumError:
-        pytest.skip("quantize refuses this dtype for this format")
+        # refused, rightly: some value of the format changes when stored in dtype
+        vals = torch.from_numpy(fmt.values())
+        assert bool((vals.to(dtype).double() != vals).any()), f"{fmt!r} refused on {dtype}"
+        return
     x = _values((300_007,), dtype, seed=5)
     cl = _values((8, 37, 23, 41), dtype, seed=6).contiguous(memory_format=torch.channels_last)
     for mode in (Rounding.NEAREST_EVEN, Rounding.ODD, SR, SRU):
