@@ -27,5 +27,7 @@ lint: .venv/.installed-test
 docs: .venv/.installed-test
 	$(BIN)/mkdocs build --strict --quiet
 
+# The venv's bin first on PATH: the peers' C++ extensions (QPyTorch, Qtorch+) build with the
+# ninja that pip installed there.
 test: .venv/.installed-test .venv/.installed-cli lint docs
-	ANYNUM_COMPILE=0 $(BIN)/python -m pytest -n 2 -q
+	PATH="$(abspath $(BIN)):$$PATH" ANYNUM_COMPILE=0 $(BIN)/python -m pytest -n 2 -q
