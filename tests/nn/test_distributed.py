@@ -122,6 +122,9 @@ def _resume_worker(rank: int, port: int, out: str, with_module: bool) -> None:
         steps(fresh, fopt, 2)
         got = [p.detach().clone() for p in fresh.parameters()]
         torch.save({"want": want, "got": got, "keys": list(ck["model"])}, f"{out}.{rank}")
+        # both ranks done before gloo's teardown: a rank that leaves first can make the other's
+        # shutdown abort ("terminate called without an active exception"), seen once under load
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
