@@ -49,6 +49,7 @@ def _worker(rank: int, port: int, out: str, rounding: str) -> None:
             opt.step()
         grads = [p.grad.clone() for p in ddp.parameters()]
         torch.save({"params": [p.detach() for p in ddp.parameters()], "grads": grads}, f"{out}.{rank}")
+        dist.barrier()  # both ranks done before gloo's teardown (see _resume_worker)
     finally:
         dist.destroy_process_group()
 
