@@ -31,22 +31,15 @@ import torch
 from anynum.formats.base import Format
 from anynum.formats.floating import FloatFormat
 from anynum.formats.posit import Posit
+from anynum.kernels.cparams import MODE_CODES, OVERFLOW_CODES
 from anynum.kernels.nativelib import NativeSource, load
 from anynum.ops.core import odd_rounding_applies
 from anynum.rounding import Rounding
 
 __all__ = ["available", "round_pairs", "sequential_dot", "supported"]
 
-_MODES = {
-    Rounding.NEAREST_EVEN: 0,
-    Rounding.NEAREST_AWAY: 1,
-    Rounding.NEAREST_ZERO: 2,
-    Rounding.TOWARD_ZERO: 3,
-    Rounding.UP: 4,
-    Rounding.DOWN: 5,
-    Rounding.ODD: 6,
-}
-_OVERFLOW = {"saturate": 0, "inf": 1, "nan": 2}
+# the C codes of modes and overflow policies: the kernels' own (seqdot.c uses the same numbers)
+_MODES, _OVERFLOW = MODE_CODES, OVERFLOW_CODES
 
 _SOURCE = NativeSource("emulate_seqdot", (Path(__file__).with_name("seqdot.c")).read_text())
 

@@ -44,6 +44,8 @@ __all__ = [
     "FAMILY_POSIT",
     "FAMILY_TABLE",
     "FAMILY_UNIFORM",
+    "MODE_CODES",
+    "OVERFLOW_CODES",
     "CallParams",
     "call_params",
     "mode_code",
@@ -51,7 +53,7 @@ __all__ = [
 
 FAMILY_FLOAT, FAMILY_UNIFORM, FAMILY_POSIT, FAMILY_TABLE, FAMILY_BLOCK = range(5)
 DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.float64: 3}
-_MODES = {
+MODE_CODES = {
     Rounding.NEAREST_EVEN: 0,
     Rounding.NEAREST_AWAY: 1,
     Rounding.NEAREST_ZERO: 2,
@@ -60,7 +62,7 @@ _MODES = {
     Rounding.DOWN: 5,
     Rounding.ODD: 6,
 }
-_OVERFLOW = {"saturate": 0, "inf": 1, "nan": 2}
+OVERFLOW_CODES = {"saturate": 0, "inf": 1, "nan": 2}
 _TIES = {"smaller_magnitude": 0, "away": 1, "even": 2, "down": 3, "up": 4}
 _RULES = {"floor": 0, "ceil": 1, "even": 2, "amax": 3}
 
@@ -80,7 +82,7 @@ def mode_code(mode: Rounding, rand_bits: int | None) -> int:
         return 7 if rand_bits is None else 8
     if mode is Rounding.STOCHASTIC_UNIFORM:
         return 9
-    return _MODES[mode]
+    return MODE_CODES[mode]
 
 
 class FloatParams(ctypes.Structure):
@@ -206,7 +208,7 @@ def float_params(fmt: FloatFormat, wdtype: torch.dtype, overflow: str) -> FloatP
         zero=int(fmt.zero),
         negative_zero=int(fmt.has_negative_zero),
         is_signed=int(fmt.signed),
-        overflow=_OVERFLOW[overflow],
+        overflow=OVERFLOW_CODES[overflow],
         # Steps range over [step_min, 2**(emax - man_bits)] of the working type (and the smallest
         # normal when flushing): their reciprocals are exact if all are normal with normal inverses.
         recip=int(fmt.emin - fmt.man_bits >= lay.emin and fmt.man_bits >= 1 and fmt.emin >= lay.emin),
@@ -381,7 +383,7 @@ def call_params(
         two_r=2.0 ** (rand_bits or 0),
     )
     keep: tuple[Any, ...] = ()
-    if isinstance(fmt, FloatFormat) and overflow in _OVERFLOW:
+    if isinstance(fmt, FloatFormat) and overflow in OVERFLOW_CODES:
         struct.family, struct.f = FAMILY_FLOAT, float_params(fmt, wdtype, overflow)
     elif isinstance(fmt, UniformFormat) and overflow in ("saturate", "wrap"):
         struct.family, struct.u = FAMILY_UNIFORM, uniform_params(fmt, wdtype, overflow)

@@ -257,7 +257,12 @@ class _Scale:
         return _scaled(x, self.e + self.f - c)
 
 
-def _sum_terms(terms: list[torch.Tensor], nc_acc: int) -> Comps:
+def sum_terms(terms: list[torch.Tensor], nc_acc: int) -> Comps:
+    """The sum of slice products `terms` (smallest first) as `nc_acc` components (both Ozaki engines).
+
+    >>> sum_terms([torch.tensor([2.0**-60]), torch.tensor([1.0])], 2)[1].item() == 2.0**-60
+    True
+    """
     if nc_acc == 1:
         tot = terms[0]
         for t in terms[1:]:
@@ -298,7 +303,7 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
         blocks = []
         for k0 in range(0, k, kb):
             terms = _core2d(pa.block(k0, kb), pa.c, pb.block(k0, kb), pb.c, S, beta, t != _F64)
-            blocks.append(_sum_terms(terms, nc_acc))
+            blocks.append(sum_terms(terms, nc_acc))
         if len(blocks) == 1:
             return blocks[0]
         return tree_sum(tuple(torch.stack([blk[i] for blk in blocks]) for i in range(nc_acc)), 0, nc_acc)

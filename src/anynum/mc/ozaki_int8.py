@@ -19,11 +19,10 @@ import math
 
 import torch
 
-from anynum.mc import arith
 from anynum.mc._core import Comps, exponent, info, ldexp
 from anynum.mc.batch2d import batched
 from anynum.mc.convert import convert_comps
-from anynum.mc.expansion import renormalize
+from anynum.mc.ozaki_float import sum_terms
 from anynum.mc.scratch import POOL
 
 __all__ = ["INT_K", "combine_diagonals", "matmul_int8"]
@@ -176,17 +175,7 @@ def combine_diagonals(acc: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, nc_
         groups.append(parts)
     # smallest first: lower groups, then lower parts within a group
     terms = [t for parts in groups[::-1] for t in parts[::-1]]
-    if nc_acc == 1:
-        tot = terms[0]
-        for t in terms[1:]:
-            tot = tot + t
-        return (tot,)
-    if nc_acc == 2:
-        res: Comps = (terms[0], torch.zeros_like(terms[0]))
-        for t in terms[1:]:
-            res = arith.add(res, (t,), 2)
-        return res
-    return renormalize(terms[::-1], nc_acc)
+    return sum_terms(terms, nc_acc)
 
 
 def matmul_int8(a: Comps, b: Comps, nc: int) -> Comps:
