@@ -233,9 +233,11 @@ class Emulator:
                 store[key] = widen(value, info.write)  # type: ignore[index]
             elif info.kind == "tensor_list" and value is not None:
                 store[key] = [widen(v, info.write) for v in value]  # type: ignore[index]
+            elif info.kind == "dtype" and value in _FLOATS:
+                # every floating dtype the op is told (dtype=, the backward ops' input_dtype)
+                # becomes the working dtype: CUDA kernels refuse a mismatch that CPU ones accept
+                store[key] = _F64  # type: ignore[index]
         natural = _natural_dtype(float_dtypes, kwargs)
-        if "dtype" in new_kwargs and new_kwargs["dtype"] in _FLOATS:
-            new_kwargs["dtype"] = _F64
         pair = _PAIR_RULES.get(plan.name) if float_dtypes else None
         out = NotImplemented
         if pair is not None:

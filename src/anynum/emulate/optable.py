@@ -27,7 +27,7 @@ __all__ = ["ArgInfo", "OpPlan", "plan_for"]
 
 aten = torch.ops.aten
 
-_TENSOR, _TENSOR_LIST, _SCALAR, _OTHER = "tensor", "tensor_list", "scalar", "other"
+_TENSOR, _TENSOR_LIST, _SCALAR, _DTYPE, _OTHER = "tensor", "tensor_list", "scalar", "dtype", "other"
 
 #: Ops that only move values: outputs hold input values, 0, or (rounded) scalar arguments.
 _SELECT = {
@@ -111,13 +111,15 @@ class OpPlan:
 _PLANS: dict[object, OpPlan] = {}
 
 
-def _arg_kind(type_str: str) -> str:
+def _arg_kind(type_str: str, real_type_str: str) -> str:
     if type_str in ("Tensor", "Optional[Tensor]"):
         return _TENSOR
     if type_str in ("List[Tensor]", "List[Optional[Tensor]]", "Optional[List[Tensor]]"):
         return _TENSOR_LIST
     if type_str in ("number", "Optional[number]"):
         return _SCALAR
+    if real_type_str in ("ScalarType", "Optional[ScalarType]"):  # `type` says int
+        return _DTYPE
     return _OTHER
 
 
@@ -135,7 +137,7 @@ def plan_for(func: torch._ops.OpOverload) -> OpPlan:
             pos = positional
             positional += 1
         write = bool(a.alias_info is not None and a.alias_info.is_write)
-        args.append(ArgInfo(a.name, pos, _arg_kind(str(a.type)), write))
+        args.append(ArgInfo(a.name, pos, _arg_kind(str(a.type), str(a.real_type)), write))
     name = func.overloadpacket.__name__
     namespace = func.namespace
     factory = not any(a.kind in (_TENSOR, _TENSOR_LIST) for a in args)
