@@ -22,6 +22,7 @@ magnitude (gfloat's StochasticFastest), P(up) = floor(f * 2**r) / 2**r.
 from __future__ import annotations
 
 import enum
+import functools
 import random
 from dataclasses import dataclass
 
@@ -205,6 +206,12 @@ class RandomSource:
         return False
 
 
+@functools.lru_cache(maxsize=4096)
+def _counter_stream_base(seed: int, stream: int) -> int:
+    # four SplitMix64 rounds in Python ints are ~4 us, asked twice per rounding call
+    return _signed64(_splitmix64_int(_splitmix64_int(seed) + stream))
+
+
 @dataclass(frozen=True)
 class CounterRandom(RandomSource):
     """Counter-based random bits (SplitMix64 of seed, stream and element index)."""
@@ -212,7 +219,7 @@ class CounterRandom(RandomSource):
     seed: int
 
     def stream_base(self, stream: int) -> int:
-        return _signed64(_splitmix64_int(_splitmix64_int(self.seed) + stream))
+        return _counter_stream_base(self.seed, stream)
 
     def bits_at(self, index: torch.Tensor, nbits: int, stream: int) -> torch.Tensor:
         return counter_bits(self.stream_base(stream), index, nbits)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import anynum as an
-from anynum.kernels import ckernel, route
+from anynum.kernels import ckernel, round_to_format, route
 from anynum.rounding import CounterRandom, RandomSource, Rounding
 
 FORMATS = [
@@ -141,3 +141,14 @@ def test_no_compiler_warns_once_and_quantize_stays_right(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     assert "EQUAL" in result.stdout.split()
     assert result.stderr.count("could not build or load the native kernel 'anynum_round'") == 1
+
+
+def test_plans_follow_the_format_not_its_address():
+    """The router's and the front door's per-call caches are keyed by the format object's
+    identity: formats made and dropped in turn (CPython reuses freed addresses) must each get
+    their own rounding, across the caches' clearing at 4096 entries."""
+    x = torch.randn(256, generator=torch.Generator().manual_seed(0)) * 8
+    for i in range(4200):
+        fmt = an.FloatFormat(2 + i % 5, 1 + (i * 7) % 9)  # a new object each time
+        want = round_to_format(fmt, x.double(), Rounding.NEAREST_EVEN, fmt.default_overflow, None, None)
+        assert torch.equal(an.quantize(x, fmt), want.float()), (i, fmt)

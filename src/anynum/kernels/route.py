@@ -120,6 +120,7 @@ class Kernel:
 
 
 _registry: list[Kernel] = []
+_BY_IDENTITY: dict[tuple[object, ...], Plan] = {}  # plan_for's cache (see there)
 
 
 def register(kernel: Kernel) -> Kernel:
@@ -129,6 +130,7 @@ def register(kernel: Kernel) -> Kernel:
     _registry.append(kernel)
     _registry.sort(key=lambda k: k.rank)
     _plan.cache_clear()
+    _BY_IDENTITY.clear()
     return kernel
 
 
@@ -205,7 +207,17 @@ def plan_for(
     random: str | None,
 ) -> Plan:
     """The `Plan` for rounding `dtype` tensors on `device` onto `fmt` (cached per distinct call)."""
-    return _plan(Call(fmt, mode, overflow, rand_bits, dtype, device, random), _settings())
+    settings = _settings()
+    # Keyed by the format's identity: hashing a format's fields costs 1-2 us, a good part of a
+    # 4k-element call. The plan holds the format, so its id cannot be reused while the key lives.
+    key = (id(fmt), mode, overflow, rand_bits, dtype, device, random, settings)
+    plan = _BY_IDENTITY.get(key)
+    if plan is None:
+        if len(_BY_IDENTITY) >= 4096:
+            _BY_IDENTITY.clear()
+        call = Call(fmt, mode, overflow, rand_bits, dtype, device, random)
+        plan = _BY_IDENTITY[key] = _plan(call, settings)
+    return plan
 
 
 def round_tensor(

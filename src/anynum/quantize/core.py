@@ -55,6 +55,24 @@ class _StraightThrough(torch.autograd.Function):
 # --- the front door -------------------------------------------------------------------------
 
 
+_FITS: dict[tuple[int, str, torch.dtype], Format] = {}
+
+
+def _check_fits(fmt: Format, overflow: str, dtype: torch.dtype) -> None:
+    """check_representable and check_overflow_fits, remembered by the format's identity.
+
+    Their caches hash the format's fields (1-2 us each, a good part of a 4k-element call); the
+    entry holds the format, so its id cannot be reused while the entry lives.
+    """
+    key = (id(fmt), overflow, dtype)
+    if _FITS.get(key) is not fmt:
+        check_representable(fmt, dtype)
+        check_overflow_fits(fmt, overflow, dtype)
+        if len(_FITS) >= 4096:
+            _FITS.clear()
+        _FITS[key] = fmt
+
+
 def quantize_tensor(
     x: torch.Tensor,
     fmt: Format,
@@ -71,10 +89,12 @@ def quantize_tensor(
     tensor with the straight-through gradient attached when `x` requires grad.
     """
     check_tensor(x)
-    check_representable(fmt, x.dtype)
-    check_overflow_fits(fmt, overflow, x.dtype)
+    _check_fits(fmt, overflow, x.dtype)
     check_out(out, x)
-    with torch.no_grad():
+    if out is not None and out.requires_grad:
+        with torch.no_grad():  # writing into a tensor autograd tracks
+            y = round_tensor(fmt, x.detach(), mode, overflow, rng, rand_bits, out)
+    else:  # a detached input records no graph: no grad mode to switch (a few us per call)
         y = round_tensor(fmt, x.detach(), mode, overflow, rng, rand_bits, out)
     if out is not None:
         return out
