@@ -123,6 +123,8 @@ typedef struct { /* Table: the arrays of Table.lookup(cpu), and a bucket index (
     const int64_t *bucket_lo, *bucket_hi; /* the range of positions of the inputs of each bucket */
     int64_t size, first_nonneg, zero_index;
     int64_t e_lo, e_hi, mbits, ncodes, top_step; /* the bucket map (cparams._table_index) */
+    const void *lut; /* the bucket lookup of this mode and key type (kernels.tablelut), or NULL */
+    int64_t lut_shift, lut_klo, lut_khi, lut_ntot; /* its key map */
     int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan, pad;
 } any_table;
 

@@ -193,6 +193,48 @@ ANY_INLINE void table_nearest_small(const double *xin, double *yout, int64_t n, 
     memcpy(yout, yt, (size_t)n * sizeof(double));
 }
 
+/* pos: j with vals[j] <= x < vals[j + 1] (-1 below the table), for n <= TABLE_TILE inputs xs (NaN
+   read as 0). x's bucket (sign, clamped exponent, top fraction bits: cparams._table_index) bounds
+   it to [bucket_lo, bucket_hi]; the largest j there with vals[j] <= x is then found by steps of
+   top_step, top_step / 2, ..., 1 (each a loop of gathers), which reach every offset up to the
+   widest bucket's range */
+ANY_INLINE void table_search(const double *xs, int64_t *pos, int64_t n, const any_table *t) {
+    const double *vals = t->values;
+    int64_t phi[TABLE_TILE];
+    const int64_t e_lo = t->e_lo, e_hi = t->e_hi, mbits = t->mbits, ncodes = t->ncodes;
+    const int64_t tmask = ((int64_t)1 << mbits) - 1;
+    const int64_t *blo = t->bucket_lo, *bhi = t->bucket_hi;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t u = f64_bits(xs[i]);
+        int64_t e = (int64_t)((u >> 52) & 0x7FF), top = (int64_t)(u >> (52 - mbits)) & tmask;
+        int64_t code = e < e_lo ? 0 : (e > e_hi ? ncodes - 1 : 1 + (((e - e_lo) << mbits) | top));
+        int64_t b = (u >> 63) ? ncodes - 1 - code : ncodes + code;
+        pos[i] = blo[b];
+        phi[i] = bhi[b];
+    }
+    for (int64_t step = t->top_step; step > 0; step >>= 1) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t j = pos[i] + step, h = phi[i];
+            int64_t jj = j < h ? j : h;
+            jj = jj < 0 ? 0 : jj;
+            pos[i] = ((j <= h) & (vals[jj] <= xs[i])) ? j : pos[i];
+        }
+    }
+}
+
+/* the neighbours vals[jj], vals[jj + 1] of each position, in a loop of their own (inside the
+   choice GCC turns them into conditional gathers, which it cannot vectorise; next to other stores
+   it fears they alias, which restrict rules out) */
+ANY_INLINE void table_neighbours(const double *restrict vals, int64_t size, const int64_t *restrict pos,
+                                 double *restrict lo_t, double *restrict hi_t, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t jj = pos[i] > 0 ? pos[i] : 0; /* min and max: no branches to thread */
+        jj = jj < size - 2 ? jj : size - 2;
+        lo_t[i] = vals[jj];
+        hi_t[i] = vals[jj + 1];
+    }
+}
+
 ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any_table *t, const int M,
                            const any_pos *at, int64_t i0, int rbits, double two_r, int64_t *und_total) {
     if ((M == M_RNE || M == M_RNA || M == M_RNZ) && t->size <= TABLE_LINEAR && t->size > 1) {
@@ -217,32 +259,7 @@ ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any
             yout[i] = table_finish(vals[0], xs[i], table_nan(xo[i], xs[i], inf_is_nan, neg_nan), signed_zero);
         return;
     }
-    /* pos: j with vals[j] <= x < vals[j + 1] (-1 below the table). x's bucket (sign, clamped
-       exponent, top fraction bits: cparams._table_index) bounds it to [bucket_lo, bucket_hi]; the
-       largest j there with vals[j] <= x is then found by steps of top_step, top_step / 2, ..., 1
-       (each a loop of gathers), which reach every offset up to the widest bucket's range */
-    int64_t phi[TABLE_TILE];
-    {
-        const int64_t e_lo = t->e_lo, e_hi = t->e_hi, mbits = t->mbits, ncodes = t->ncodes;
-        const int64_t tmask = ((int64_t)1 << mbits) - 1;
-        const int64_t *blo = t->bucket_lo, *bhi = t->bucket_hi;
-        for (int64_t i = 0; i < n; i++) {
-            uint64_t u = f64_bits(xs[i]);
-            int64_t e = (int64_t)((u >> 52) & 0x7FF), top = (int64_t)(u >> (52 - mbits)) & tmask;
-            int64_t code = e < e_lo ? 0 : (e > e_hi ? ncodes - 1 : 1 + (((e - e_lo) << mbits) | top));
-            int64_t b = (u >> 63) ? ncodes - 1 - code : ncodes + code;
-            pos[i] = blo[b];
-            phi[i] = bhi[b];
-        }
-        for (int64_t step = t->top_step; step > 0; step >>= 1) {
-            for (int64_t i = 0; i < n; i++) {
-                int64_t j = pos[i] + step, h = phi[i];
-                int64_t jj = j < h ? j : h;
-                jj = jj < 0 ? 0 : jj;
-                pos[i] = ((j <= h) & (vals[jj] <= xs[i])) ? j : pos[i];
-            }
-        }
-    }
+    table_search(xs, pos, n, t);
     /* the neighbours (and boundary) of each element, gathered in loops of their own: inside the
        choice GCC turns them into conditional (masked) gathers, which it cannot vectorise */
     for (int64_t i = 0; i < n; i++) {
@@ -274,18 +291,3 @@ ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any
     *und_total += und;
     memcpy(yout, yt, (size_t)n * sizeof(double));
 }
-
-/* element loops over float64 arrays, in tiles, one per mode */
-#define TABLE_LOOP(M)                                                                               \
-    static void table_loop_##M(const void *xv, void *yv, int64_t n, const any_call *c,               \
-                               const any_pos *at, int64_t *und) {                                     \
-        const double *xs = (const double *)xv;                                                       \
-        double *ys = (double *)yv;                                                                   \
-        for (int64_t i = 0; i < n; i += TABLE_TILE) {                                                \
-            int64_t m = n - i < TABLE_TILE ? n - i : TABLE_TILE;                                     \
-            table_tile(xs + i, ys + i, m, &c->t, M, at, i, c->rand_bits, c->two_r, und);              \
-        }                                                                                            \
-    }
-TABLE_LOOP(0) TABLE_LOOP(1) TABLE_LOOP(2) TABLE_LOOP(3) TABLE_LOOP(4)
-TABLE_LOOP(5) TABLE_LOOP(6) TABLE_LOOP(7) TABLE_LOOP(8) TABLE_LOOP(9)
-#undef TABLE_LOOP
