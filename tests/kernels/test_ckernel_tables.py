@@ -41,6 +41,7 @@ TABLES = [
     an.Table([0.375, 0.5, 40.0], ties="even"),  # all positive
     an.Table(_RAGGED, ties="even"),
     an.Table(_RAGGED[::3], underflow="saturate", signed_zero=True),
+    an.Table([-1.5, -0.375, 0.0, 0.375, 1.0, 3.0], underflow="saturate", signed_zero=True),
 ]
 WIDE = [  # float64 inputs only: values float32 cannot hold, or beyond its range
     an.Table.log(2, 1),
@@ -109,7 +110,7 @@ def test_bucket_edges_values_and_boundaries(fmt: an.Table, cn) -> None:  # type:
 
 def test_some_tables_have_searched_buckets_and_these_run() -> None:
     """The point of the ragged tables above: their lookups hold sentinels (and E2M1's none)."""
-    ragged, e2m1 = TABLES[-2], TABLES[0]
+    ragged, e2m1 = TABLES[-3], TABLES[0]
     for key64 in (False, True):
         res = result_lut(ragged, Rounding.NEAREST_EVEN, key64).entries
         assert int((res == np.iinfo(res.dtype).max).sum()) > 10
@@ -119,7 +120,7 @@ def test_some_tables_have_searched_buckets_and_these_run() -> None:
         assert not (result_lut(e2m1, Rounding.UP, key64).entries == np.iinfo(res.dtype).max).any()
 
 
-@pytest.mark.parametrize("fmt", [TABLES[0], TABLES[1], TABLES[-2]], ids=repr)
+@pytest.mark.parametrize("fmt", [TABLES[0], TABLES[1], TABLES[-3]], ids=repr)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
 def test_in_place_out_and_two_threads(fmt: an.Table, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
     if not _representable(fmt, dtype):
@@ -167,3 +168,39 @@ def test_an_undecided_exact_sr_element_is_refined_like_the_reference(cn) -> None
     inplace = x.clone()
     cn.native(fmt, sr, "saturate", None, inplace, seed=5, out=inplace)
     cn.assert_same(inplace, want, x, "refined in place")
+
+
+@pytest.fixture
+def coarse_buckets(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """At most 2 buckets per sign: nearly every input is searched (the fallback path)."""
+    from anynum.kernels import cparams, tablelut
+
+    def clear() -> None:
+        for f in (tablelut._shape, tablelut.result_lut, tablelut.neighbour_lut, cparams.call_params):
+            f.cache_clear()
+
+    monkeypatch.setattr(tablelut, "CAP", 2)
+    clear()
+    yield
+    monkeypatch.undo()
+    clear()
+
+
+# zero's neighbours inside a bucket: under underflow="saturate" the searched inputs between them
+# and zero take the neighbour, as the lookup's entries do
+_NEAR_ZERO = TABLES[-1]
+
+
+@pytest.mark.parametrize("fmt", [TABLES[1], TABLES[5], TABLES[6], TABLES[7], _NEAR_ZERO], ids=repr)
+def test_the_search_behind_the_lookup(fmt: an.Table, coarse_buckets, cn) -> None:  # type: ignore[no-untyped-def]
+    for key64 in (False, True):
+        res = result_lut(fmt, Rounding.NEAREST_EVEN, key64).entries
+        assert int((res == np.iinfo(res.dtype).max).sum()) >= 1  # searched entries there are
+    for dtype in (torch.float16, torch.float32, torch.float64):
+        if _representable(fmt, dtype):
+            x = _inputs(fmt, dtype)
+            cn.check(fmt, x)
+            for mode in (Rounding.NEAREST_EVEN, Rounding.STOCHASTIC):
+                inplace = x.clone()
+                cn.native(fmt, mode, "saturate", None, inplace, out=inplace)
+                cn.assert_same(inplace, cn.reference(fmt, mode, "saturate", None, x), x, (mode, "in place"))

@@ -139,7 +139,7 @@ class TableParams(ctypes.Structure):
         *((name, ctypes.c_int64) for name in ("lut_shift", "lut_klo", "lut_khi", "lut_ntot")),
         *(
             (name, ctypes.c_int32)
-            for name in ("ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "pad")
+            for name in ("ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "lut_pow2")
         ),
     ]
 
@@ -327,6 +327,7 @@ def _table_params(fmt: Table, mode: Rounding, key64: bool) -> tuple[TableParams,
     params.lut_shift, params.lut_klo, params.lut_khi, params.lut_ntot = (
         bucket.shift, bucket.klo, bucket.khi, bucket.ntot
     )
+    params.lut_pow2 = int(bucket.pow2)
     return params, (values, bound, exact, blo, bhi, bucket.entries)
 
 

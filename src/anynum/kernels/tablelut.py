@@ -82,6 +82,7 @@ class TableLut:
     klo: int
     khi: int
     ntot: int
+    pow2: bool = False  # neighbour lookups: every hi - lo a power of two (the C multiplies by 1 / den)
 
 
 def _key_map(fmt: Table, kt: _KeyType) -> tuple[int, int, int]:
@@ -139,9 +140,22 @@ def _shape(fmt: Table, key64: bool) -> tuple[int, int, int, np.ndarray, np.ndarr
     return shift, lo, hi, _values(first, kt), _values(last, kt), ntot
 
 
-def _lut(fmt: Table, key64: bool, entries: np.ndarray) -> TableLut:
-    shift, lo, _hi, _, _, ntot = _shape(fmt, key64)
-    return TableLut(np.ascontiguousarray(entries), shift, 2 * lo, 2 * _hi + 1, ntot)
+def _lut(fmt: Table, key64: bool, entries: np.ndarray, pow2: bool = False) -> TableLut:
+    shift, lo, hi, _, _, ntot = _shape(fmt, key64)
+    return TableLut(np.ascontiguousarray(entries), shift, 2 * lo, 2 * hi + 1, ntot, pow2)
+
+
+def _powers_of_two(lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether every denominator of table_probability (csrc/table.c, table_sr_den) is a power of
+    two with a normal reciprocal."""
+    big = (np.abs(lo) > 2.0**1000) | (np.abs(hi) > 2.0**1000)
+    scale = np.where(big, 0.5, 1.0)
+    den = hi * scale - lo * scale
+    den = np.where(den > 0, den, 1.0)
+    bits = den.view(np.uint64)
+    expo = bits >> np.uint64(52)
+    ok = ((bits & np.uint64(0x000FFFFFFFFFFFFF)) == 0) & (expo >= 1) & (expo <= 2045)
+    return bool(ok.all())
 
 
 @functools.lru_cache(maxsize=256)
@@ -171,32 +185,46 @@ def result_lut(fmt: Table, mode: Rounding, key64: bool) -> TableLut:
         ok[ntot - 1] &= inf_pos == at_last[ntot - 1]
         ok[2 * ntot - 1] &= inf_neg == at_last[2 * ntot - 1]
     entries: np.ndarray = np.where(ok, at_last, kt.sentinel).astype(kt.uint)
-    return _lut(fmt, key64, entries)
+    return _lut(fmt, key64, np.append(entries, kt.uint(kt.qnan)))  # the entry of NaN inputs
 
 
 @functools.lru_cache(maxsize=256)
 def neighbour_lut(fmt: Table, key64: bool) -> TableLut:
-    """The neighbours lo = values[jj], hi = values[jj + 1] of each entry's inputs (jj: the search
-    position j clamped to [0, size - 2], as the reference clamps it), where every input of the entry
-    has the same j; NaN for lo where they do not. float32 keys: lo's float32 bits in the low half of
-    a uint64 and hi's in the high half (the table's values are float32 numbers there); float64 keys:
-    lo and hi side by side, two float64 per entry.
+    """The neighbours lo, hi of each entry's inputs for the stochastic modes, where every input of
+    the entry has the same search position j (``values[j] <= x < values[j + 1]``); NaN for lo where
+    they do not. lo = values[j], hi = values[j + 1], except where the result does not depend on the
+    draw: below the table lo = hi = the first value, from the top value on lo = hi = the top value,
+    and under ``underflow="saturate"`` between zero and its neighbour, both are the neighbour
+    (csrc/tablelut.c, table_sr_choose). float32 keys: lo's float32 bits in the low half of a uint64
+    and hi's in the high half (the values are float32 numbers there); float64 keys: lo and hi side
+    by side, two float64 per entry.
 
     >>> import anynum as an
     >>> lut = neighbour_lut(an.Table.from_format(an.E2M1), key64=True)
-    >>> lut.entries.reshape(-1, 2)[2:4].tolist(), int(np.isnan(lut.entries[::2]).sum())
-    ([[0.0, 0.5], [0.0, 0.5]], 0)
+    >>> lut.entries.reshape(-1, 2)[[0, 1, 2, 3, 40]].tolist()  # zero, tiny, 0.25, (0.25, 0.3125), top
+    [[0.0, 0.5], [0.0, 0.5], [0.0, 0.5], [0.0, 0.5], [6.0, 6.0]]
     """
-    _, _, _, first, last, _ntot = _shape(fmt, key64)
-    values = fmt.lookup(torch.device("cpu")).values.numpy()
+    _, _, _, first, last, ntot = _shape(fmt, key64)
+    lut = fmt.lookup(torch.device("cpu"))
+    values = lut.values.numpy()
+    size = len(values)
     jf = np.searchsorted(values, first, side="right") - 1
     jl = np.searchsorted(values, last, side="right") - 1
-    jj = np.clip(jl, 0, len(values) - 2)
-    lo = np.where(jf == jl, values[jj], np.nan)
-    hi = values[jj + 1]
+    jj = np.clip(jl, 0, size - 2)
+    lo, hi = values[jj], values[jj + 1]
+    ends = np.where(jl < 0, values[0], values[-1])
+    lo = np.where((jl < 0) | (jl >= size - 1), ends, lo)
+    hi = np.where((jl < 0) | (jl >= size - 1), ends, hi)
+    if fmt.underflow == "saturate" and lut.zero_index >= 0:
+        positive = np.arange(2 * ntot) < ntot
+        nonzero = np.arange(2 * ntot) % ntot != 0  # entry 0 of each half holds x = +-0 alone
+        lo = np.where(positive & nonzero & (lo == 0), hi, lo)
+        hi = np.where(~positive & nonzero & (hi == 0), lo, hi)
+    pow2 = _powers_of_two(lo[jf == jl], hi[jf == jl])
+    lo = np.where(jf == jl, lo, np.nan)
     if key64:
         entries = np.stack([lo, hi], axis=1).reshape(-1)
     else:
         lo32, hi32 = lo.astype(np.float32).view(np.uint32), hi.astype(np.float32).view(np.uint32)
         entries = lo32.astype(np.uint64) | (hi32.astype(np.uint64) << np.uint64(32))
-    return _lut(fmt, key64, entries)
+    return _lut(fmt, key64, entries, pow2)

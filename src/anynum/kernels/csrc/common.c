@@ -125,7 +125,8 @@ typedef struct { /* Table: the arrays of Table.lookup(cpu), and a bucket index (
     int64_t e_lo, e_hi, mbits, ncodes, top_step; /* the bucket map (cparams._table_index) */
     const void *lut; /* the bucket lookup of this mode and key type (kernels.tablelut), or NULL */
     int64_t lut_shift, lut_klo, lut_khi, lut_ntot; /* its key map */
-    int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan, pad;
+    int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan;
+    int32_t lut_pow2; /* every spacing in a stochastic lookup is a power of two (kernels.tablelut) */
 } any_table;
 
 typedef struct { /* Block: scale rule, then the element format's own rounding */

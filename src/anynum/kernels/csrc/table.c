@@ -137,6 +137,82 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
     return und;
 }
 
+/* The choice of table_choose for the stochastic modes, between neighbours lo and hi as the lookup
+   gives them (tablelut.neighbour_lut; sr_neighbours for searched inputs): x in [lo, hi), except
+   where the result does not depend on the draw, which then has lo == hi: below the table (the
+   first value), from the top value on (the top value), and next to zero under
+   underflow="saturate" (the nonzero neighbour). So x is a table value iff x == lo, and the result
+   is lo or hi, NaN where due, with the sign of x if zero and signed_zero. */
+typedef struct {
+    double inf_is_nan, neg_nan, signed_zero;
+    uint64_t base;
+    int rbits;
+    double two_r;
+} table_srk;
+
+/* the probability's denominator, as table_probability has it (scale 0.5 beyond 2**1000: never for
+   float32 numbers, WIDE = 0) */
+ANY_INLINE double table_sr_den(double lo, double hi, const int WIDE) {
+    int64_t big = WIDE ? (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000) : 0;
+    double scale = big ? 0.5 : 1.0;
+    double den = hi * scale - lo * scale;
+    return den > 0.0 ? den : 1.0;
+}
+
+/* Whether den is a power of two with a normal reciprocal: then num * (1 / den) is num / den, bit
+   for bit (both are the exact quotient, rounded once), and the loop can multiply instead of
+   divide (a vector division takes 2 cycles per element). Spacings of tables built from formats
+   (floats, posits, fixed point) are powers of two. */
+ANY_INLINE int64_t table_pow2(double den) {
+    uint64_t b = f64_bits(den);
+    int64_t e = (int64_t)(b >> 52);
+    return ((b & 0x000FFFFFFFFFFFFFull) == 0) & (e >= 1) & (e <= 2045);
+}
+
+ANY_INLINE double table_sr_choose(double v, double xs, double lo, double hi, const int M, const int WIDE,
+                                  const int DIV, const table_srk *k, uint64_t index, int *u) {
+    int64_t nan = table_nan(v, xs, k->inf_is_nan, k->neg_nan);
+    int64_t negative = hi <= 0.0;
+    int64_t away;
+    if (M == M_SRU) {
+        away = sr_coin(k->base, index);
+    } else {
+        /* table_probability on the magnitudes: (-xs) - (-hi) is hi - xs, bit for bit */
+        int64_t big = WIDE ? (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000) : 0;
+        double scale = big ? 0.5 : 1.0;
+        double xsc = xs * scale, losc = lo * scale, hisc = hi * scale;
+        double num = negative ? hisc - xsc : xsc - losc;
+        double den = table_sr_den(lo, hi, WIDE);
+        /* 1 / den from its exponent bits (den a power of two: see table_pow2) */
+        double p = DIV ? num / den : num * f64_from((2046 - (f64_bits(den) >> 52)) << 52);
+        int64_t b = (int64_t)f64_bits(p); /* clamped to [0, 1) on the bits (table_probability) */
+        b = b < 0 ? 0 : b;
+        b = b > 0x3FEFFFFFFFFFFFFFll ? 0x3FEFFFFFFFFFFFFFll : b;
+        p = f64_from((uint64_t)b);
+        if (M == M_SR) away = sr_exact_up(p, k->base, index, u);
+        else away = sr_trunc_up(p, k->base, index, k->rbits, k->two_r);
+    }
+    double y = (away ^ negative) ? hi : lo;
+    y = xs == lo ? lo : y; /* x on the table: in a negative interval p = 1 - 2**-53 may go either way */
+    return table_finish(y, xs, nan, k->signed_zero);
+}
+
+/* lo and hi of position j for input xs, as neighbour_lut has them */
+ANY_INLINE void table_sr_neighbours(const any_table *t, int64_t j, double xs, double *lo, double *hi) {
+    const double *vals = t->values;
+    const int64_t size = t->size;
+    int64_t jj = j < 0 ? 0 : (j > size - 2 ? size - 2 : j);
+    double l = vals[jj], h = vals[jj + 1];
+    l = j < 0 ? vals[0] : (j >= size - 1 ? vals[size - 1] : l);
+    h = j < 0 ? vals[0] : (j >= size - 1 ? vals[size - 1] : h);
+    if (t->underflow_saturate && t->zero_index >= 0) {
+        l = (l == 0.0) & (xs > 0.0) ? h : l;
+        h = (h == 0.0) & (xs < 0.0) ? l : h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
 /* Round to nearest on a small table: the index is the number of boundaries x has passed (a tie
    passes when the policy sends it up, for x's sign), one compare pair per boundary and element,
    no search and one gather. Below, above and on table values come out right by themselves. */
@@ -232,6 +308,41 @@ ANY_INLINE void table_neighbours(const double *restrict vals, int64_t size, cons
         jj = jj < size - 2 ? jj : size - 2;
         lo_t[i] = vals[jj];
         hi_t[i] = vals[jj + 1];
+    }
+}
+
+/* Lookups of one entry per element (bucket lookups, tablelut.c) in scalar loops, unrolled: without
+   hardware gathers (GCC's generic tuning has none) the vectoriser emulates each gather with
+   extracts and inserts, which took 2-3x longer than these loads. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TABLE_SCALAR static __attribute__((noinline, optimize("no-tree-vectorize")))
+#else
+#define TABLE_SCALAR static __attribute__((noinline))
+#endif
+#define TABLE_GATHER(NAME, T, K)                                                                     \
+    TABLE_SCALAR void NAME(const T *restrict lut, const K *restrict key, T *restrict out, int64_t n) { \
+        int64_t i = 0;                                                                               \
+        for (; i + 4 <= n; i += 4) {                                                                 \
+            T a = lut[key[i]], b = lut[key[i + 1]], c = lut[key[i + 2]], d = lut[key[i + 3]];        \
+            out[i] = a;                                                                              \
+            out[i + 1] = b;                                                                          \
+            out[i + 2] = c;                                                                          \
+            out[i + 3] = d;                                                                          \
+        }                                                                                            \
+        for (; i < n; i++) out[i] = lut[key[i]];                                                     \
+    }
+TABLE_GATHER(table_gather_32, uint32_t, uint32_t)
+TABLE_GATHER(table_gather_64, uint64_t, uint64_t)
+TABLE_GATHER(table_gather_64k32, uint64_t, uint32_t)
+#undef TABLE_GATHER
+
+/* lo = lut[2k], hi = lut[2k + 1] for each key k (float64 neighbour lookups) */
+TABLE_SCALAR void table_gather_pair(const double *restrict lut, const uint64_t *restrict key,
+                                    double *restrict lo, double *restrict hi, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const double *e = lut + 2 * key[i];
+        lo[i] = e[0];
+        hi[i] = e[1];
     }
 }
 

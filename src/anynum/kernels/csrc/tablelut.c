@@ -31,16 +31,27 @@ ANY_INLINE SFX(table_keymap) SFX(table_keys)(const any_table *t) {
     return k;
 }
 
-/* the entry of an input with bits u (NaN: keyed as zero) */
-ANY_INLINE WU SFX(table_key)(WU u, const SFX(table_keymap) *km) {
-    WU a = u & TL_ABS;
-    u = a > W_EXPMASK ? 0 : u;
-    a = a > W_EXPMASK ? 0 : a;
-    WU k = ((a >> km->shift) << 1) + (((a & km->lowmask) + km->lowmask) >> km->shift);
+/* the entry of magnitude bits a (sign cleared) with sign bit sign (0 or 1) */
+ANY_INLINE WU SFX(table_entry)(WU a, WU sign, const SFX(table_keymap) *km) {
+    WU k = (a >> km->shift) + ((a + km->lowmask) >> km->shift); /* floor + ceil of a / 2**shift */
     k = k < km->klo1 ? km->klo1 : k;
     k = k > km->khi1 ? km->khi1 : k;
-    WU key = a == 0 ? 0 : k - km->off;
-    return key + ((u >> (sizeof(W) * 8 - 1)) ? km->ntot : 0);
+    k = a == 0 ? km->off : k; /* zero: entry 0 */
+    return k - km->off + (sign ? km->ntot : 0);
+}
+
+/* deterministic modes: NaN inputs (and +-inf under infinity="nan") key the last entry, NaN */
+ANY_INLINE WU SFX(table_key_det)(WU u, const SFX(table_keymap) *km, WU nan_from) {
+    WU a = u & TL_ABS;
+    WU key = SFX(table_entry)(a, u >> (sizeof(W) * 8 - 1), km);
+    return a >= nan_from ? 2 * km->ntot : key;
+}
+
+/* stochastic modes: NaN inputs key as +0 (the reference reads them as 0) */
+ANY_INLINE WU SFX(table_key_sr)(WU u, const SFX(table_keymap) *km) {
+    WU a = u & TL_ABS;
+    WU sign = a > W_EXPMASK ? 0 : u >> (sizeof(W) * 8 - 1);
+    return SFX(table_entry)(a > W_EXPMASK ? 0 : a, sign, km);
 }
 
 /* the m elements flagged in fl, whose y holds their x, rounded by the search (deterministic M) */
@@ -67,7 +78,8 @@ static void SFX(table_fix)(W *y, int64_t m, const WI *fl, const any_table *t, co
     for (int64_t k = 0; k < c; k++) y[idx[k]] = (W)yc[k];
 }
 
-/* deterministic modes: one gather per element */
+/* deterministic modes: the key (a vector loop), the lookup (scalar loads), then the search's
+   flags; a flagged element keeps x in y (y may be x) for table_fix */
 ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_table *t, const int M) {
     const WU *lut = (const WU *)t->lut;
     const SFX(table_keymap) km = SFX(table_keys)(t);
@@ -76,15 +88,16 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
         const int64_t m = n - i0 < TABLE_TILE ? n - i0 : TABLE_TILE;
         const W *x = xin + i0;
         W *y = yout + i0;
+        WU key[TABLE_TILE], rt[TABLE_TILE];
         WI fl[TABLE_TILE];
         WI nf = 0;
+        for (int64_t i = 0; i < m; i++) key[i] = SFX(table_key_det)(SFX(bits)(x[i]), &km, nan_from);
+        if (sizeof(W) == 4) table_gather_32((const uint32_t *)lut, (const uint32_t *)key, (uint32_t *)rt, m);
+        else table_gather_64((const uint64_t *)lut, (const uint64_t *)key, (uint64_t *)rt, m);
         for (int64_t i = 0; i < m; i++) {
-            WU u = SFX(bits)(x[i]);
-            WU r = lut[SFX(table_key)(u, &km)];
+            WU r = rt[i];
             WI f = r == TL_SENT;
-            r = (u & TL_ABS) >= nan_from ? TL_QNAN : r;
-            r = f ? u : r; /* x kept for the search (y may be x) */
-            y[i] = SFX(from)(r);
+            y[i] = f ? x[i] : SFX(from)(r);
             fl[i] = f;
             nf += f;
         }
@@ -92,119 +105,88 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
     }
 }
 
-/* stochastic modes: the neighbours lo and hi from the lookup, then the choice of table_choose for
-   these modes, shortened by what a lookup entry guarantees (x's interval is [lo, hi), clamped at
-   the table's ends as the reference clamps it): below and above the table are x < first and
-   x >= top, x is a table value iff x == lo, and the result is 0 (where underflow="saturate" moves
-   it off zero) iff its index is the zero's. */
+/* stochastic modes: the key (a vector loop), the neighbours (scalar loads), the choice (a vector
+   loop); inputs whose entry is searched (lo is NaN there) are redone after it, one by one */
 ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_table *t, const int M,
                                   const any_pos *at, int rbits, double two_r, int64_t *und) {
-    const double *vals = t->values;
-    const int64_t size = t->size;
     const SFX(table_keymap) km = SFX(table_keys)(t);
-    const double top = vals[size - 1], first = vals[0];
-    const int64_t zero_sat = t->underflow_saturate ? t->zero_index : -1;
-    const double zs = zero_sat >= 0 ? 1.0 : 0.0;
-    const double v_above_zero = zero_sat >= 0 ? vals[zero_sat + 1 < size ? zero_sat + 1 : zero_sat] : 0.0;
-    const double v_below_zero = zero_sat >= 0 ? vals[zero_sat >= 1 ? zero_sat - 1 : zero_sat] : 0.0;
-    const double inf_is_nan = t->infinity_nan ? INFINITY : NAN; /* |x| == NaN never holds */
-    const double neg_nan = t->negative_nan ? 0.0 : -INFINITY;    /* v < -inf never holds */
-    const double signed_zero = t->signed_zero ? 1.0 : 0.0;
-    const uint64_t base = at->base, step = (uint64_t)at->lstride;
+    table_srk k;
+    k.inf_is_nan = t->infinity_nan ? INFINITY : NAN; /* |x| == NaN never holds */
+    k.neg_nan = t->negative_nan ? 0.0 : -INFINITY;    /* v < -inf never holds */
+    k.signed_zero = t->signed_zero ? 1.0 : 0.0;
+    k.base = at->base;
+    k.rbits = rbits;
+    k.two_r = two_r;
+    const uint64_t step = (uint64_t)at->lstride;
+    const int WIDE = sizeof(W) == 8; /* float32 numbers never need table_probability's scale */
     uint64_t index = at->idx0;
     for (int64_t i0 = 0; i0 < n; i0 += TABLE_TILE) {
         const int64_t m = n - i0 < TABLE_TILE ? n - i0 : TABLE_TILE;
         const W *x = xin + i0;
+        W *y = yout + i0;
         double xo[TABLE_TILE], xs_t[TABLE_TILE], lo_t[TABLE_TILE], hi_t[TABLE_TILE];
-        int64_t nf = 0;
-        if (sizeof(W) == 4) { /* lo's float32 bits and hi's, packed in one uint64 */
-            const uint64_t *lut = (const uint64_t *)t->lut;
-            for (int64_t i = 0; i < m; i++) {
-                uint64_t e = lut[SFX(table_key)(SFX(bits)(x[i]), &km)];
-                double lo = (double)f32_from((uint32_t)e), v = (double)x[i];
-                xo[i] = v;
-                xs_t[i] = v != v ? 0.0 : v;
-                lo_t[i] = lo;
-                hi_t[i] = (double)f32_from((uint32_t)(e >> 32));
-                nf += lo != lo;
-            }
-        } else { /* lo and hi side by side */
-            const double *lut = (const double *)t->lut;
-            for (int64_t i = 0; i < m; i++) {
-                uint64_t k = 2 * (uint64_t)SFX(table_key)(SFX(bits)(x[i]), &km);
-                double lo = lut[k], v = (double)x[i];
-                xo[i] = v;
-                xs_t[i] = v != v ? 0.0 : v;
-                lo_t[i] = lo;
-                hi_t[i] = lut[k + 1];
-                nf += lo != lo;
-            }
+        WU key[TABLE_TILE];
+        uint64_t e[TABLE_TILE];
+        for (int64_t i = 0; i < m; i++) {
+            double v = (double)x[i];
+            key[i] = SFX(table_key_sr)(SFX(bits)(x[i]), &km);
+            xo[i] = v;
+            xs_t[i] = v != v ? 0.0 : v;
         }
-        if (nf) { /* the flagged elements' neighbours by the search (NaN lo marks them) */
+        if (sizeof(W) == 4) /* lo's float32 bits and hi's, packed in one uint64 */
+            table_gather_64k32((const uint64_t *)t->lut, (const uint32_t *)key, e, m);
+        else /* lo and hi side by side */
+            table_gather_pair((const double *)t->lut, (const uint64_t *)key, lo_t, hi_t, m);
+        int64_t count = 0, nf = 0;
+        uint64_t ix = index;
+        /* x and xs (NaN read as 0) from arrays: computed in the loop, GCC threads xs's select into
+           the compares on xs, which it then cannot vectorise */
+#define TABLE_SR_LOOP(DIV)                                                                          \
+        for (int64_t i = 0; i < m; i++) {                                                           \
+            int u = 0;                                                                              \
+            double v = xo[i], lo, hi;                                                               \
+            if (sizeof(W) == 4) {                                                                   \
+                lo = (double)f32_from((uint32_t)e[i]);                                              \
+                hi = (double)f32_from((uint32_t)(e[i] >> 32));                                      \
+            } else {                                                                                \
+                lo = lo_t[i];                                                                       \
+                hi = hi_t[i];                                                                       \
+            }                                                                                       \
+            double yv = table_sr_choose(v, xs_t[i], lo, hi, M, WIDE, DIV, &k, ix, &u);              \
+            y[i] = (W)(u ? v : yv);                                                                 \
+            count += u;                                                                             \
+            nf += lo != lo;                                                                         \
+            ix += step;                                                                             \
+        }
+        if (M == M_SRU || t->lut_pow2) { /* every spacing a power of two: multiply */
+            TABLE_SR_LOOP(0)
+        } else {
+            TABLE_SR_LOOP(1)
+        }
+#undef TABLE_SR_LOOP
+        if (nf) { /* the searched elements, one by one (x is kept in xo: y may be x) */
             int64_t idx[TABLE_TILE], pc[TABLE_TILE];
             double xc[TABLE_TILE];
             int64_t c = 0;
             for (int64_t i = 0; i < m; i++) {
+                double lo = sizeof(W) == 4 ? (double)f32_from((uint32_t)e[i]) : lo_t[i];
                 idx[c] = i;
-                c += lo_t[i] != lo_t[i];
+                c += lo != lo;
             }
-            for (int64_t k = 0; k < c; k++) xc[k] = xs_t[idx[k]];
+            for (int64_t q = 0; q < c; q++) xc[q] = xs_t[idx[q]];
             table_search(xc, pc, c, t);
-            for (int64_t k = 0; k < c; k++) {
-                int64_t j = pc[k];
-                int64_t jj = j < 0 ? 0 : (j > size - 2 ? size - 2 : j);
-                lo_t[idx[k]] = vals[jj];
-                hi_t[idx[k]] = vals[jj + 1];
+            for (int64_t q = 0; q < c; q++) {
+                int u = 0;
+                int64_t i = idx[q];
+                double lo, hi;
+                table_sr_neighbours(t, pc[q], xc[q], &lo, &hi);
+                double yv = table_sr_choose(xo[i], xc[q], lo, hi, M, WIDE, 1, &k, index + (uint64_t)i * step, &u);
+                y[i] = (W)(u ? xo[i] : yv);
+                count += u;
             }
-        }
-        W *y = yout + i0;
-        int64_t count = 0;
-        for (int64_t i = 0; i < m; i++) {
-            int u = 0;
-            /* x and xs (NaN read as 0) from arrays: computed here, GCC threads xs's select into
-               the compares on xs, which it then cannot vectorise */
-            double v = xo[i], xs = xs_t[i];
-            double lo = lo_t[i], hi = hi_t[i];
-            int64_t nan = table_nan(v, xs, inf_is_nan, neg_nan);
-            int64_t negative = hi <= 0.0;
-            int64_t away;
-            if (M == M_SRU) {
-                away = sr_coin(base, index);
-            } else {
-                /* table_probability on the magnitudes: (-xs) - (-hi) is hi - xs, bit for bit */
-                double p;
-                if (sizeof(W) == 8) {
-                    int64_t big = (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000);
-                    double scale = big ? 0.5 : 1.0;
-                    double xsc = xs * scale, losc = lo * scale, hisc = hi * scale;
-                    double num = negative ? hisc - xsc : xsc - losc;
-                    double den = hisc - losc;
-                    p = num / (den > 0.0 ? den : 1.0);
-                } else { /* float32 numbers: |lo|, |hi| < 2**128, the scale is 1 */
-                    double num = negative ? hi - xs : xs - lo;
-                    double den = hi - lo;
-                    p = num / (den > 0.0 ? den : 1.0);
-                }
-                int64_t b = (int64_t)f64_bits(p);
-                b = b < 0 ? 0 : b;
-                b = b > 0x3FEFFFFFFFFFFFFFll ? 0x3FEFFFFFFFFFFFFFll : b;
-                p = f64_from((uint64_t)b);
-                if (M == M_SR) away = sr_exact_up(p, base, index, &u);
-                else away = sr_trunc_up(p, base, index, rbits, two_r);
-            }
-            double yv = (away ^ negative) ? hi : lo;
-            yv = xs == lo ? lo : yv;         /* x on the table */
-            yv = xs < first ? first : yv;    /* below */
-            yv = xs >= top ? top : yv;       /* above, or on the top value (j = size - 1) */
-            int64_t to_zero = (yv == 0.0) & (zs != 0.0); /* underflow="saturate": off zero */
-            yv = (to_zero & (xs > 0.0)) ? v_above_zero : yv;
-            yv = (to_zero & (xs < 0.0)) ? v_below_zero : yv;
-            yv = table_finish(yv, xs, nan, signed_zero);
-            y[i] = (W)(u ? v : yv);
-            count += u;
-            index += step;
         }
         *und += count;
+        index = ix;
     }
 }
 
