@@ -68,7 +68,7 @@ _TIES = {"smaller_magnitude": 0, "away": 1, "even": 2, "down": 3, "up": 4}
 _RULES = {"floor": 0, "ceil": 1, "even": 2, "amax": 3}
 
 #: Fewest elements worth a thread of their own, by family (cheap loops want longer runs).
-_GRAIN = {FAMILY_FLOAT: 32768, FAMILY_UNIFORM: 32768, FAMILY_POSIT: 8192, FAMILY_TABLE: 4096}
+_GRAIN = {FAMILY_FLOAT: 32768, FAMILY_UNIFORM: 32768, FAMILY_POSIT: 8192, FAMILY_TABLE: 16384}
 _GRAIN_BLOCK = 16384
 _GRAIN_RANDOM = 16384  # stochastic modes: the counter hash costs more than the rounding
 
@@ -139,7 +139,9 @@ class TableParams(ctypes.Structure):
         *((name, ctypes.c_int64) for name in ("lut_shift", "lut_klo", "lut_khi", "lut_ntot")),
         *(
             (name, ctypes.c_int32)
-            for name in ("ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "lut_pow2")
+            for name in (
+                "ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "lut_pow2"
+            )
         ),
     ]
 
@@ -320,7 +322,7 @@ def _table_params(fmt: Table, mode: Rounding, key64: bool) -> tuple[TableParams,
     )
     if values.numel() < 2:
         return params, (values, bound, exact, blo, bhi)
-    # the bucket lookup of tablelut: one gather settles most inputs (float32 keys for inputs
+    # the bucket lookup of tablelut: one load settles most inputs (float32 keys for inputs
     # that widen to float32 exactly, float64 keys for float64 inputs)
     bucket = neighbour_lut(fmt, key64) if mode.is_stochastic else result_lut(fmt, mode, key64)
     params.lut = bucket.entries.ctypes.data

@@ -1,6 +1,6 @@
-"""Bucket lookups of the C table kernels: most inputs rounded onto a `Table` by one gather.
+"""Bucket lookups of the C table kernels: most inputs rounded onto a `Table` by one lookup.
 
-The C loops (``csrc/table.c``) key each input on the bits of its magnitude in a *key type*
+The C loops (``csrc/tablelut.c``) key each input on the bits of its magnitude in a *key type*
 (float32 for float16, bfloat16 and float32 inputs, which all widen to float32 exactly; float64
 for float64 inputs): the exponent and top fraction bits (``a >> shift``), plus whether any lower
 bit is set. So each bucket of ``2**shift`` consecutive floats has two entries, its first member
@@ -12,17 +12,14 @@ For a deterministic mode an entry holds the rounded value itself, found by runni
 reference (`anynum.kernels.round_to_format`) on the entry's first and last member: rounding onto
 a table is monotone in x (each interval between neighbours rounds into its two ends, and the
 choice moves up with x), so equal results at both ends mean the whole entry rounds to that
-value. For the stochastic modes an entry holds the position j (``values[j] <= x < values[j+1]``,
-``torch.searchsorted(values, x, right=True) - 1``, as the reference computes it) when it is the
-same at both ends. Entries that are not constant hold a sentinel, and the C searches those
-inputs as before. The bucket width is the widest that puts every table value and boundary on a
-bucket's first member (two fraction bits for E2M1, six for posit(8,0)), within `CAP` buckets per
-sign; tables whose values are not short binary fractions get the finest buckets the cap allows,
-and only the inputs of the few buckets that hold a value or boundary are searched.
-
-NaN inputs key as zero (the C sets the result to NaN afterwards, as it does for ±inf under
-``infinity="nan"``), so the reference's view of them (NaN read as 0) is kept for the random
-draw too.
+value. For the stochastic modes an entry holds the two neighbours of its inputs when their search
+position j (``values[j] <= x < values[j+1]``, ``torch.searchsorted(values, x, right=True) - 1``,
+as the reference computes it) is the same at both ends; the C draws between them as the
+reference does. Entries that are not constant hold a sentinel, and the C searches their inputs.
+The bucket width is the widest that puts every table value and boundary on a bucket's first
+member (two fraction bits for E2M1, six for posit(8,0)), within `CAP` buckets per sign; tables
+whose values are not short binary fractions get the finest buckets the cap allows, and only the
+inputs of the few buckets that hold a value or boundary are searched.
 
 >>> import anynum as an, torch
 >>> lut = result_lut(an.Table.from_format(an.E2M1), Rounding.NEAREST_EVEN, key64=False)
@@ -53,20 +50,14 @@ CAP = 2048
 class _KeyType:
     man: int  # fraction bits
     uint: type  # numpy unsigned type of the bits
-    int_: type  # numpy signed type of the positions
     flt: type  # numpy float type
     max_finite: int  # bits of the largest finite value
-    inf: int  # bits of +inf
-    sign: int  # the sign bit
     qnan: int  # the canonical NaN result
     sentinel: int  # a result entry whose inputs the C must search
 
 
-_F32 = _KeyType(23, np.uint32, np.int32, np.float32, 0x7F7FFFFF, 0x7F800000, 1 << 31, 0x7FC00000, 0xFFFFFFFF)
-_F64 = _KeyType(
-    52, np.uint64, np.int64, np.float64, 0x7FEFFFFFFFFFFFFF, 0x7FF0000000000000, 1 << 63,
-    0x7FF8000000000000, 0xFFFFFFFFFFFFFFFF,
-)  # fmt: skip
+_F32 = _KeyType(23, np.uint32, np.float32, 0x7F7FFFFF, 0x7FC00000, 0xFFFFFFFF)
+_F64 = _KeyType(52, np.uint64, np.float64, 0x7FEFFFFFFFFFFFFF, 0x7FF8000000000000, 0xFFFFFFFFFFFFFFFF)
 
 
 @dataclass(frozen=True)
@@ -98,11 +89,10 @@ def _key_map(fmt: Table, kt: _KeyType) -> tuple[int, int, int]:
     else:
         bits = pts.view(np.uint64)
     pmin, pmax = int(bits.min()), int(bits.max())
-    chosen = (kt.man, 1, max(1, pmax >> kt.man))
-    for m in range(kt.man + 1):
-        shift = kt.man - m
+    chosen = (kt.man, 1, 1)
+    for shift in range(kt.man, -1, -1):  # one binade per bucket (at most 2046 of them), then finer
         lo, hi = max(1, pmin >> shift), max(1, pmax >> shift)
-        if hi - lo + 1 > CAP and m > 0:
+        if hi - lo + 1 > CAP and shift < kt.man:
             break
         chosen = (shift, lo, hi)
         if not np.any(bits & np.uint64((1 << shift) - 1)):

@@ -1,8 +1,11 @@
-/* Tables (float64 working type only): anynum.kernels.table._round_table.
+/* Tables (float64 working type): anynum.kernels.table._round_table.
  *
- * The binary search (torch.searchsorted(values, x, right=True) - 1) runs over a tile of
- * elements one halving step at a time, so each step is a vectorisable loop of gathers; the
- * choice between the two neighbours is then one branch-free pass per rounding mode. */
+ * Most inputs are rounded through the bucket lookup of tablelut.c (pasted after this file, once per
+ * key type); what is here serves it and searches the rest. The search
+ * (torch.searchsorted(values, x, right=True) - 1) runs over a tile of elements one halving step
+ * at a time, so each step is a vectorisable loop of gathers; the choice between the two
+ * neighbours is then one branch-free pass per rounding mode (table_choose), or for the stochastic
+ * modes behind the lookup, table_sr_choose. */
 
 #define TABLE_TILE 256
 #define TABLE_LINEAR 16 /* tables up to this size are searched by counting */
@@ -138,7 +141,7 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
 }
 
 /* The choice of table_choose for the stochastic modes, between neighbours lo and hi as the lookup
-   gives them (tablelut.neighbour_lut; sr_neighbours for searched inputs): x in [lo, hi), except
+   gives them (tablelut.neighbour_lut; table_sr_neighbours for searched inputs): x in [lo, hi), except
    where the result does not depend on the draw, which then has lo == hi: below the table (the
    first value), from the top value on (the top value), and next to zero under
    underflow="saturate" (the nonzero neighbour). So x is a table value iff x == lo, and the result
@@ -159,16 +162,6 @@ ANY_INLINE double table_sr_den(double lo, double hi, const int WIDE) {
     return den > 0.0 ? den : 1.0;
 }
 
-/* Whether den is a power of two with a normal reciprocal: then num * (1 / den) is num / den, bit
-   for bit (both are the exact quotient, rounded once), and the loop can multiply instead of
-   divide (a vector division takes 2 cycles per element). Spacings of tables built from formats
-   (floats, posits, fixed point) are powers of two. */
-ANY_INLINE int64_t table_pow2(double den) {
-    uint64_t b = f64_bits(den);
-    int64_t e = (int64_t)(b >> 52);
-    return ((b & 0x000FFFFFFFFFFFFFull) == 0) & (e >= 1) & (e <= 2045);
-}
-
 ANY_INLINE double table_sr_choose(double v, double xs, double lo, double hi, const int M, const int WIDE,
                                   const int DIV, const table_srk *k, uint64_t index, int *u) {
     int64_t nan = table_nan(v, xs, k->inf_is_nan, k->neg_nan);
@@ -183,7 +176,10 @@ ANY_INLINE double table_sr_choose(double v, double xs, double lo, double hi, con
         double xsc = xs * scale, losc = lo * scale, hisc = hi * scale;
         double num = negative ? hisc - xsc : xsc - losc;
         double den = table_sr_den(lo, hi, WIDE);
-        /* 1 / den from its exponent bits (den a power of two: see table_pow2) */
+        /* DIV = 0 where every den is a power of two with a normal reciprocal (tablelut.TableLut.pow2:
+           the spacings of tables built from formats): num * (1 / den), 1 / den from den's exponent
+           bits, is then num / den bit for bit (both are the exact quotient rounded once), and a
+           vector division is the slowest instruction of the loop */
         double p = DIV ? num / den : num * f64_from((2046 - (f64_bits(den) >> 52)) << 52);
         int64_t b = (int64_t)f64_bits(p); /* clamped to [0, 1) on the bits (table_probability) */
         b = b < 0 ? 0 : b;
@@ -295,19 +291,6 @@ ANY_INLINE void table_search(const double *xs, int64_t *pos, int64_t n, const an
             jj = jj < 0 ? 0 : jj;
             pos[i] = ((j <= h) & (vals[jj] <= xs[i])) ? j : pos[i];
         }
-    }
-}
-
-/* the neighbours vals[jj], vals[jj + 1] of each position, in a loop of their own (inside the
-   choice GCC turns them into conditional gathers, which it cannot vectorise; next to other stores
-   it fears they alias, which restrict rules out) */
-ANY_INLINE void table_neighbours(const double *restrict vals, int64_t size, const int64_t *restrict pos,
-                                 double *restrict lo_t, double *restrict hi_t, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        int64_t jj = pos[i] > 0 ? pos[i] : 0; /* min and max: no branches to thread */
-        jj = jj < size - 2 ? jj : size - 2;
-        lo_t[i] = vals[jj];
-        hi_t[i] = vals[jj + 1];
     }
 }
 

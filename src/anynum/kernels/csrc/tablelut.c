@@ -5,11 +5,12 @@
  * Each input is keyed on its magnitude's bits a (W's bits, sign cleared): k = 2 * (a >> shift) +
  * (a has a lower bit set), so the first member of each bucket of 2**shift floats has an entry of
  * its own; k is clamped to [klo - 1, khi + 1] (the tiny and the top magnitudes), zero takes entry
- * 0 and negative inputs the second half of ntot entries. For a deterministic mode the entry is the
- * result's bits, for the stochastic ones the search position j; a sentinel marks the entries whose
- * inputs must be searched (table.c), which happens for the few elements concerned in a tile of
- * their own. NaN inputs key as zero (the reference reads them as 0); their result is made NaN
- * afterwards, as that of +-inf under infinity="nan".
+ * 0 and negative inputs the second half of 2 * ntot entries. For a deterministic mode the entry is
+ * the result's bits (and NaN inputs, with +-inf under infinity="nan", key one more entry, NaN);
+ * for the stochastic ones it is the two neighbours, and NaN inputs key as +0 (the reference reads
+ * them as 0 for the draw; table_sr_choose makes the result NaN). A sentinel (all ones; NaN for lo)
+ * marks the entries whose inputs differ: those elements are searched (table.c) after the tile's
+ * pass, which they leave with their x.
  */
 
 #define TL_ABS (W_EXPMASK | (W_EXPMASK - 1)) /* everything but the sign bit */
