@@ -48,7 +48,7 @@ _TYPES = {
         "CEILW": "ceilf", "TRUNCW": "truncf", "RINTW": "rintf", "FABSW": "fabsf", "COPYSIGNW": "copysignf",
     },
 }  # fmt: skip
-_TEMPLATES = ("scalar.c", "posit.c", "loops.c")
+_TEMPLATES = ("scalar.c", "posit.c", "loops.c", "tablelut.c")
 
 
 def source_text() -> str:
@@ -62,13 +62,13 @@ def source_text() -> str:
     def read(name: str) -> str:
         return f"/* ---- {name} ---- */\n" + (_DIR / name).read_text(encoding="utf-8")
 
-    parts = [read("common.c"), read("pool.c")]
+    parts = [read("common.c"), read("pool.c"), read("table.c")]
     for suffix, macros in _TYPES.items():
         defines = "".join(f"#define {k} {v}\n" for k, v in macros.items())
         defines += f"#define SFX(n) CAT(n, _{suffix})\n"
         undefs = "".join(f"#undef {k}\n" for k in (*macros, "SFX"))
         parts += [defines, *(read(t) for t in _TEMPLATES), undefs]
-    parts += [read("table.c"), read("drive.c")]
+    parts += [read("drive.c")]
     return "\n".join(parts)
 
 

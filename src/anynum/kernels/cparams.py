@@ -35,6 +35,7 @@ from anynum.formats.posit import Posit
 from anynum.formats.table import Table
 from anynum.kernels.block import saturate_to_dtype_needed, underflow_is_harmless
 from anynum.kernels.eager import working_dtype
+from anynum.kernels.tablelut import neighbour_lut, result_lut
 from anynum.rounding import Rounding
 
 __all__ = [
@@ -67,7 +68,7 @@ _TIES = {"smaller_magnitude": 0, "away": 1, "even": 2, "down": 3, "up": 4}
 _RULES = {"floor": 0, "ceil": 1, "even": 2, "amax": 3}
 
 #: Fewest elements worth a thread of their own, by family (cheap loops want longer runs).
-_GRAIN = {FAMILY_FLOAT: 32768, FAMILY_UNIFORM: 32768, FAMILY_POSIT: 8192, FAMILY_TABLE: 4096}
+_GRAIN = {FAMILY_FLOAT: 32768, FAMILY_UNIFORM: 32768, FAMILY_POSIT: 8192, FAMILY_TABLE: 16384}
 _GRAIN_BLOCK = 16384
 _GRAIN_RANDOM = 16384  # stochastic modes: the counter hash costs more than the rounding
 
@@ -134,9 +135,13 @@ class TableParams(ctypes.Structure):
             (name, ctypes.c_int64)
             for name in ("size", "first_nonneg", "zero_index", "e_lo", "e_hi", "mbits", "ncodes", "top_step")
         ),
+        ("lut", ctypes.c_void_p),
+        *((name, ctypes.c_int64) for name in ("lut_shift", "lut_klo", "lut_khi", "lut_ntot")),
         *(
             (name, ctypes.c_int32)
-            for name in ("ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "pad")
+            for name in (
+                "ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "lut_pow2"
+            )
         ),
     ]
 
@@ -293,7 +298,7 @@ def _table_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, 
     return np.ascontiguousarray(lo), np.ascontiguousarray(hi), meta
 
 
-def _table_params(fmt: Table) -> tuple[TableParams, tuple[Any, ...]]:
+def _table_params(fmt: Table, mode: Rounding, key64: bool) -> tuple[TableParams, tuple[Any, ...]]:
     lut = fmt.lookup(torch.device("cpu"))
     values = lut.values.contiguous()
     bound = lut.bound.to(torch.float64).contiguous()
@@ -315,7 +320,17 @@ def _table_params(fmt: Table) -> tuple[TableParams, tuple[Any, ...]]:
         signed_zero=int(fmt.signed_zero),
         negative_nan=int(fmt.negative == "nan"),
     )
-    return params, (values, bound, exact, blo, bhi)
+    if values.numel() < 2:
+        return params, (values, bound, exact, blo, bhi)
+    # the bucket lookup of tablelut: one load settles most inputs (float32 keys for inputs
+    # that widen to float32 exactly, float64 keys for float64 inputs)
+    bucket = neighbour_lut(fmt, key64) if mode.is_stochastic else result_lut(fmt, mode, key64)
+    params.lut = bucket.entries.ctypes.data
+    params.lut_shift, params.lut_klo, params.lut_khi, params.lut_ntot = (
+        bucket.shift, bucket.klo, bucket.khi, bucket.ntot
+    )
+    params.lut_pow2 = int(bucket.pow2)
+    return params, (values, bound, exact, blo, bhi, bucket.entries)
 
 
 def _block_params(
@@ -393,7 +408,9 @@ def call_params(
         if wdtype != torch.float64:
             return None
         struct.family = FAMILY_TABLE
-        struct.t, keep = _table_params(fmt)
+        struct.t, keep = _table_params(fmt, mode, dtype == torch.float64)
+        # the loops' arrays: float32 (with float32 keys) for inputs that widen to it exactly
+        struct.wdt = int(dtype == torch.float64 or not struct.t.lut)
     elif isinstance(fmt, Block):
         block = _block_params(fmt, mode, overflow, wdtype, dtype)
         if block is None:

@@ -1,8 +1,9 @@
 /* anynum native rounding kernels: shared pieces (bits, dtype conversions, random bits, parameters).
  *
  * The library is assembled by anynum.kernels.clib from the files of this directory, in the
- * order common.c, pool.c, the per-family templates (each pasted once for float and once for
- * double working types), table.c, block.c, drive.c, and built by anynum.kernels.nativelib.
+ * order common.c, pool.c, table.c, the per-family templates (scalar.c, posit.c, loops.c,
+ * tablelut.c, each pasted once for float and once for double working types), drive.c, and built
+ * by anynum.kernels.nativelib.
  *
  * Rules every kernel keeps (they are what makes the results equal the eager reference bit for
  * bit, `anynum.kernels.round_to_format` in the working dtype):
@@ -123,7 +124,10 @@ typedef struct { /* Table: the arrays of Table.lookup(cpu), and a bucket index (
     const int64_t *bucket_lo, *bucket_hi; /* the range of positions of the inputs of each bucket */
     int64_t size, first_nonneg, zero_index;
     int64_t e_lo, e_hi, mbits, ncodes, top_step; /* the bucket map (cparams._table_index) */
-    int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan, pad;
+    const void *lut; /* the bucket lookup of this mode and key type (kernels.tablelut), or NULL */
+    int64_t lut_shift, lut_klo, lut_khi, lut_ntot; /* its key map */
+    int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan;
+    int32_t lut_pow2; /* every spacing in a stochastic lookup is a power of two (kernels.tablelut) */
 } any_table;
 
 typedef struct { /* Block: scale rule, then the element format's own rounding */

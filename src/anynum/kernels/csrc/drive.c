@@ -6,11 +6,6 @@
  * names a loop this library does not have.
  */
 
-static const any_loop table_loops[M_COUNT] = {
-    table_loop_0, table_loop_1, table_loop_2, table_loop_3, table_loop_4,
-    table_loop_5, table_loop_6, table_loop_7, table_loop_8, table_loop_9,
-};
-
 static any_loop select_loop(const any_call *c) {
     if (c->mode < 0 || c->mode >= M_COUNT || c->wdt < 0 || c->wdt > 1 || c->tdt < 0 || c->tdt > 3) return 0;
     const any_loop (*tab)[M_COUNT] = c->wdt ? elem_loops_f64 : elem_loops_f32;
@@ -18,7 +13,7 @@ static any_loop select_loop(const any_call *c) {
     case F_FLOAT: return tab[c->f.common ? (c->f.recip ? 2 : 1) : 0][c->mode];
     case F_UNIFORM: return tab[3 + (c->u.wrap != 0)][c->mode];
     case F_POSIT: return tab[5][c->mode];
-    case F_TABLE: return c->wdt ? table_loops[c->mode] : 0;
+    case F_TABLE: return c->wdt ? table_loops_f64[c->mode] : (c->t.lut ? table_loops_f32[c->mode] : 0);
     default: return 0;
     }
 }

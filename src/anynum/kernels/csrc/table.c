@@ -1,8 +1,11 @@
-/* Tables (float64 working type only): anynum.kernels.table._round_table.
+/* Tables (float64 working type): anynum.kernels.table._round_table.
  *
- * The binary search (torch.searchsorted(values, x, right=True) - 1) runs over a tile of
- * elements one halving step at a time, so each step is a vectorisable loop of gathers; the
- * choice between the two neighbours is then one branch-free pass per rounding mode. */
+ * Most inputs are rounded through the bucket lookup of tablelut.c (pasted after this file, once per
+ * key type); what is here serves it and searches the rest. The search
+ * (torch.searchsorted(values, x, right=True) - 1) runs over a tile of elements one halving step
+ * at a time, so each step is a vectorisable loop of gathers; the choice between the two
+ * neighbours is then one branch-free pass per rounding mode (table_choose), or for the stochastic
+ * modes behind the lookup, table_sr_choose. */
 
 #define TABLE_TILE 256
 #define TABLE_LINEAR 16 /* tables up to this size are searched by counting */
@@ -137,6 +140,75 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
     return und;
 }
 
+/* The choice of table_choose for the stochastic modes, between neighbours lo and hi as the lookup
+   gives them (tablelut.neighbour_lut; table_sr_neighbours for searched inputs): x in [lo, hi), except
+   where the result does not depend on the draw, which then has lo == hi: below the table (the
+   first value), from the top value on (the top value), and next to zero under
+   underflow="saturate" (the nonzero neighbour). So x is a table value iff x == lo, and the result
+   is lo or hi, NaN where due, with the sign of x if zero and signed_zero. */
+typedef struct {
+    double inf_is_nan, neg_nan, signed_zero;
+    uint64_t base;
+    int rbits;
+    double two_r;
+} table_srk;
+
+/* the probability's denominator, as table_probability has it (scale 0.5 beyond 2**1000: never for
+   float32 numbers, WIDE = 0) */
+ANY_INLINE double table_sr_den(double lo, double hi, const int WIDE) {
+    int64_t big = WIDE ? (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000) : 0;
+    double scale = big ? 0.5 : 1.0;
+    double den = hi * scale - lo * scale;
+    return den > 0.0 ? den : 1.0;
+}
+
+ANY_INLINE double table_sr_choose(double v, double xs, double lo, double hi, const int M, const int WIDE,
+                                  const int DIV, const table_srk *k, uint64_t index, int *u) {
+    int64_t nan = table_nan(v, xs, k->inf_is_nan, k->neg_nan);
+    int64_t negative = hi <= 0.0;
+    int64_t away;
+    if (M == M_SRU) {
+        away = sr_coin(k->base, index);
+    } else {
+        /* table_probability on the magnitudes: (-xs) - (-hi) is hi - xs, bit for bit */
+        int64_t big = WIDE ? (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000) : 0;
+        double scale = big ? 0.5 : 1.0;
+        double xsc = xs * scale, losc = lo * scale, hisc = hi * scale;
+        double num = negative ? hisc - xsc : xsc - losc;
+        double den = table_sr_den(lo, hi, WIDE);
+        /* DIV = 0 where every den is a power of two with a normal reciprocal (tablelut.TableLut.pow2:
+           the spacings of tables built from formats): num * (1 / den), 1 / den from den's exponent
+           bits, is then num / den bit for bit (both are the exact quotient rounded once), and a
+           vector division is the slowest instruction of the loop */
+        double p = DIV ? num / den : num * f64_from((2046 - (f64_bits(den) >> 52)) << 52);
+        int64_t b = (int64_t)f64_bits(p); /* clamped to [0, 1) on the bits (table_probability) */
+        b = b < 0 ? 0 : b;
+        b = b > 0x3FEFFFFFFFFFFFFFll ? 0x3FEFFFFFFFFFFFFFll : b;
+        p = f64_from((uint64_t)b);
+        if (M == M_SR) away = sr_exact_up(p, k->base, index, u);
+        else away = sr_trunc_up(p, k->base, index, k->rbits, k->two_r);
+    }
+    double y = (away ^ negative) ? hi : lo;
+    y = xs == lo ? lo : y; /* x on the table: in a negative interval p = 1 - 2**-53 may go either way */
+    return table_finish(y, xs, nan, k->signed_zero);
+}
+
+/* lo and hi of position j for input xs, as neighbour_lut has them */
+ANY_INLINE void table_sr_neighbours(const any_table *t, int64_t j, double xs, double *lo, double *hi) {
+    const double *vals = t->values;
+    const int64_t size = t->size;
+    int64_t jj = j < 0 ? 0 : (j > size - 2 ? size - 2 : j);
+    double l = vals[jj], h = vals[jj + 1];
+    l = j < 0 ? vals[0] : (j >= size - 1 ? vals[size - 1] : l);
+    h = j < 0 ? vals[0] : (j >= size - 1 ? vals[size - 1] : h);
+    if (t->underflow_saturate && t->zero_index >= 0) {
+        l = (l == 0.0) & (xs > 0.0) ? h : l;
+        h = (h == 0.0) & (xs < 0.0) ? l : h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
 /* Round to nearest on a small table: the index is the number of boundaries x has passed (a tie
    passes when the policy sends it up, for x's sign), one compare pair per boundary and element,
    no search and one gather. Below, above and on table values come out right by themselves. */
@@ -193,6 +265,70 @@ ANY_INLINE void table_nearest_small(const double *xin, double *yout, int64_t n, 
     memcpy(yout, yt, (size_t)n * sizeof(double));
 }
 
+/* pos: j with vals[j] <= x < vals[j + 1] (-1 below the table), for n <= TABLE_TILE inputs xs (NaN
+   read as 0). x's bucket (sign, clamped exponent, top fraction bits: cparams._table_index) bounds
+   it to [bucket_lo, bucket_hi]; the largest j there with vals[j] <= x is then found by steps of
+   top_step, top_step / 2, ..., 1 (each a loop of gathers), which reach every offset up to the
+   widest bucket's range */
+ANY_INLINE void table_search(const double *xs, int64_t *pos, int64_t n, const any_table *t) {
+    const double *vals = t->values;
+    int64_t phi[TABLE_TILE];
+    const int64_t e_lo = t->e_lo, e_hi = t->e_hi, mbits = t->mbits, ncodes = t->ncodes;
+    const int64_t tmask = ((int64_t)1 << mbits) - 1;
+    const int64_t *blo = t->bucket_lo, *bhi = t->bucket_hi;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t u = f64_bits(xs[i]);
+        int64_t e = (int64_t)((u >> 52) & 0x7FF), top = (int64_t)(u >> (52 - mbits)) & tmask;
+        int64_t code = e < e_lo ? 0 : (e > e_hi ? ncodes - 1 : 1 + (((e - e_lo) << mbits) | top));
+        int64_t b = (u >> 63) ? ncodes - 1 - code : ncodes + code;
+        pos[i] = blo[b];
+        phi[i] = bhi[b];
+    }
+    for (int64_t step = t->top_step; step > 0; step >>= 1) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t j = pos[i] + step, h = phi[i];
+            int64_t jj = j < h ? j : h;
+            jj = jj < 0 ? 0 : jj;
+            pos[i] = ((j <= h) & (vals[jj] <= xs[i])) ? j : pos[i];
+        }
+    }
+}
+
+/* Lookups of one entry per element (bucket lookups, tablelut.c) in scalar loops, unrolled: without
+   hardware gathers (GCC's generic tuning has none) the vectoriser emulates each gather with
+   extracts and inserts, which took 2-3x longer than these loads. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TABLE_SCALAR static __attribute__((noinline, optimize("no-tree-vectorize")))
+#else
+#define TABLE_SCALAR static __attribute__((noinline))
+#endif
+#define TABLE_GATHER(NAME, T, K)                                                                     \
+    TABLE_SCALAR void NAME(const T *restrict lut, const K *restrict key, T *restrict out, int64_t n) { \
+        int64_t i = 0;                                                                               \
+        for (; i + 4 <= n; i += 4) {                                                                 \
+            T a = lut[key[i]], b = lut[key[i + 1]], c = lut[key[i + 2]], d = lut[key[i + 3]];        \
+            out[i] = a;                                                                              \
+            out[i + 1] = b;                                                                          \
+            out[i + 2] = c;                                                                          \
+            out[i + 3] = d;                                                                          \
+        }                                                                                            \
+        for (; i < n; i++) out[i] = lut[key[i]];                                                     \
+    }
+TABLE_GATHER(table_gather_32, uint32_t, uint32_t)
+TABLE_GATHER(table_gather_64, uint64_t, uint64_t)
+TABLE_GATHER(table_gather_64k32, uint64_t, uint32_t)
+#undef TABLE_GATHER
+
+/* lo = lut[2k], hi = lut[2k + 1] for each key k (float64 neighbour lookups) */
+TABLE_SCALAR void table_gather_pair(const double *restrict lut, const uint64_t *restrict key,
+                                    double *restrict lo, double *restrict hi, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const double *e = lut + 2 * key[i];
+        lo[i] = e[0];
+        hi[i] = e[1];
+    }
+}
+
 ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any_table *t, const int M,
                            const any_pos *at, int64_t i0, int rbits, double two_r, int64_t *und_total) {
     if ((M == M_RNE || M == M_RNA || M == M_RNZ) && t->size <= TABLE_LINEAR && t->size > 1) {
@@ -217,32 +353,7 @@ ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any
             yout[i] = table_finish(vals[0], xs[i], table_nan(xo[i], xs[i], inf_is_nan, neg_nan), signed_zero);
         return;
     }
-    /* pos: j with vals[j] <= x < vals[j + 1] (-1 below the table). x's bucket (sign, clamped
-       exponent, top fraction bits: cparams._table_index) bounds it to [bucket_lo, bucket_hi]; the
-       largest j there with vals[j] <= x is then found by steps of top_step, top_step / 2, ..., 1
-       (each a loop of gathers), which reach every offset up to the widest bucket's range */
-    int64_t phi[TABLE_TILE];
-    {
-        const int64_t e_lo = t->e_lo, e_hi = t->e_hi, mbits = t->mbits, ncodes = t->ncodes;
-        const int64_t tmask = ((int64_t)1 << mbits) - 1;
-        const int64_t *blo = t->bucket_lo, *bhi = t->bucket_hi;
-        for (int64_t i = 0; i < n; i++) {
-            uint64_t u = f64_bits(xs[i]);
-            int64_t e = (int64_t)((u >> 52) & 0x7FF), top = (int64_t)(u >> (52 - mbits)) & tmask;
-            int64_t code = e < e_lo ? 0 : (e > e_hi ? ncodes - 1 : 1 + (((e - e_lo) << mbits) | top));
-            int64_t b = (u >> 63) ? ncodes - 1 - code : ncodes + code;
-            pos[i] = blo[b];
-            phi[i] = bhi[b];
-        }
-        for (int64_t step = t->top_step; step > 0; step >>= 1) {
-            for (int64_t i = 0; i < n; i++) {
-                int64_t j = pos[i] + step, h = phi[i];
-                int64_t jj = j < h ? j : h;
-                jj = jj < 0 ? 0 : jj;
-                pos[i] = ((j <= h) & (vals[jj] <= xs[i])) ? j : pos[i];
-            }
-        }
-    }
+    table_search(xs, pos, n, t);
     /* the neighbours (and boundary) of each element, gathered in loops of their own: inside the
        choice GCC turns them into conditional (masked) gathers, which it cannot vectorise */
     for (int64_t i = 0; i < n; i++) {
@@ -274,18 +385,3 @@ ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any
     *und_total += und;
     memcpy(yout, yt, (size_t)n * sizeof(double));
 }
-
-/* element loops over float64 arrays, in tiles, one per mode */
-#define TABLE_LOOP(M)                                                                               \
-    static void table_loop_##M(const void *xv, void *yv, int64_t n, const any_call *c,               \
-                               const any_pos *at, int64_t *und) {                                     \
-        const double *xs = (const double *)xv;                                                       \
-        double *ys = (double *)yv;                                                                   \
-        for (int64_t i = 0; i < n; i += TABLE_TILE) {                                                \
-            int64_t m = n - i < TABLE_TILE ? n - i : TABLE_TILE;                                     \
-            table_tile(xs + i, ys + i, m, &c->t, M, at, i, c->rand_bits, c->two_r, und);              \
-        }                                                                                            \
-    }
-TABLE_LOOP(0) TABLE_LOOP(1) TABLE_LOOP(2) TABLE_LOOP(3) TABLE_LOOP(4)
-TABLE_LOOP(5) TABLE_LOOP(6) TABLE_LOOP(7) TABLE_LOOP(8) TABLE_LOOP(9)
-#undef TABLE_LOOP
