@@ -97,6 +97,8 @@ def library() -> ctypes.CDLL | None:
     lib.anynum_round_blocks.restype = i64
     lib.anynum_block_tensor_scale.argtypes = [vp, i64, vp, i32]
     lib.anynum_block_tensor_scale.restype = ctypes.c_double
+    lib.anynum_block_quotients.argtypes = [vp, vp, i64, vp]
+    lib.anynum_block_quotients.restype = None
     lib.anynum_pool_workers.argtypes = []
     lib.anynum_pool_workers.restype = i32
     lib.anynum_call_size.argtypes = []

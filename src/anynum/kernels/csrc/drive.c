@@ -121,37 +121,26 @@ static const uint64_t any_abs_mask[4] = {0x7FFFu, 0x7FFFu, 0x7FFFFFFFu, 0x7FFFFF
 static const uint64_t any_inf_bits[4] = {0x7C00u, 0x7F80u, 0x7F800000u, 0x7FF0000000000000ull};
 
 /* the largest |x| as bits (ordered like the magnitudes; NaN above inf); finite_only: ignore
-   inf and NaN (the NVFP4 tensor amax) */
+   inf and NaN (the NVFP4 tensor amax). The exclusion is an arithmetic mask: GCC 12 does not
+   vectorise a max reduction fed by a select. */
+#define AMAX_LOOP(T, MASK, INF)                                                                      \
+    {                                                                                                \
+        const T *h = (const T *)x;                                                                   \
+        const T lim = finite_only ? (T)(INF) : (T)~(T)0;                                             \
+        T m = 0;                                                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                            \
+            T a = h[i] & (T)(MASK);                                                                  \
+            a &= (T)0 - (T)(a < lim);                                                                \
+            m = a > m ? a : m;                                                                       \
+        }                                                                                            \
+        return m;                                                                                    \
+    }
+
 static uint64_t amax_bits(const char *x, int tdt, int64_t n, int finite_only) {
-    uint64_t lim = finite_only ? any_inf_bits[tdt] : ~0ull;
-    if (tdt <= T_BF16) {
-        const uint16_t *h = (const uint16_t *)x;
-        uint16_t m = 0, mask = (uint16_t)any_abs_mask[tdt], l = (uint16_t)(lim > 0xFFFF ? 0xFFFF : lim);
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t a = h[i] & mask;
-            a = (finite_only && a >= l) ? 0 : a;
-            m = a > m ? a : m;
-        }
-        return m;
-    }
-    if (tdt == T_F32) {
-        const uint32_t *h = (const uint32_t *)x;
-        uint32_t m = 0, l = (uint32_t)(lim > 0xFFFFFFFFull ? 0xFFFFFFFFull : lim);
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t a = h[i] & 0x7FFFFFFFu;
-            a = (finite_only && a >= l) ? 0 : a;
-            m = a > m ? a : m;
-        }
-        return m;
-    }
-    const uint64_t *h = (const uint64_t *)x;
-    uint64_t m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t a = h[i] & 0x7FFFFFFFFFFFFFFFull;
-        a = (finite_only && a >= lim) ? 0 : a;
-        m = a > m ? a : m;
-    }
-    return m;
+    if (tdt == T_F16) AMAX_LOOP(uint16_t, 0x7FFFu, 0x7C00u)
+    if (tdt == T_BF16) AMAX_LOOP(uint16_t, 0x7FFFu, 0x7F80u)
+    if (tdt == T_F32) AMAX_LOOP(uint32_t, 0x7FFFFFFFu, 0x7F800000u)
+    AMAX_LOOP(uint64_t, 0x7FFFFFFFFFFFFFFFull, 0x7FF0000000000000ull)
 }
 
 /* amax_bits of each block of bs elements in x[0, n) (the last may be short), one call per chunk */
@@ -249,7 +238,8 @@ typedef struct {
 } block_job;
 
 /* a block's scale as float64 values: sc (2**k, or the "amax" rule's scale) and, for powers of
-   two whose reciprocal the working type holds (normal or subnormal), iv = 2**-k; else iv = 0 */
+   two whose reciprocal the working type holds (normal or subnormal), iv = 2**-k (exact); for other
+   scales iv = fl(1 / sc) (for BK_RCP); else iv = 0 */
 ANY_INLINE void block_values(const block_job *j, uint64_t bits, int *bad, double *sc, double *iv) {
     const any_call *c = j->c;
     *bad = bits >= any_inf_bits[c->tdt];
@@ -260,6 +250,7 @@ ANY_INLINE void block_values(const block_job *j, uint64_t bits, int *bad, double
     /* 2**k from the exponent bits: k is within float64's normal range for every scale format */
     *sc = pow2 ? f64_from((uint64_t)(k + 1023) << 52) : total;
     *iv = (pow2 && -k >= qmin && -k <= emax) ? f64_from((uint64_t)(1023 - k) << 52) : 0.0;
+    *iv = pow2 ? *iv : 1.0 / total;
 }
 
 /* block_values for the nb blocks of a chunk, in loops over the blocks (which vectorise) */
@@ -303,7 +294,7 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
             k[i] = (int64_t)((f64_bits(s) >> 52) & 0x7FF) - 1023;
         }
         if (!b->pow2) {
-            for (int64_t i = 0; i < nb; i++) iv[i] = 0.0;
+            for (int64_t i = 0; i < nb; i++) iv[i] = 1.0 / sc[i];
             return;
         }
     }
@@ -334,14 +325,110 @@ static int64_t count_overflow(const char *x, const char *y, int tdt, int64_t n) 
     return k;
 }
 
+static const double any_dtype_max[4] = {65504.0, 0x1.FEp127, 0x1.FFFFFEp127, 0x1.FFFFFFFFFFFFFp1023};
+
+/* Whether no result of the chunk can pass the dtype's max: every element value (saturated, so at
+   most the element's largest magnitude) times its block's scale stays at or below it, exactly in
+   float64 (Block's width rule). Blocks holding NaN/inf give NaN, not inf. Then count_overflow
+   would find nothing, and the pass over the chunk is skipped. */
+static int below_dtype_max(const any_call *c, int64_t n, int64_t bs, const double *sc, const int *bad) {
+    const any_block *b = &c->b;
+    double top = 0.0;
+    for (int64_t i = 0, nb = (n + bs - 1) / bs; i < nb; i++) top = (!bad[i] && sc[i] > top) ? sc[i] : top;
+    double emag = b->elem_max;
+    if (b->elem_family == F_UNIFORM) {
+        double lo = fabs(b->eu.code_min * b->eu.step), hi = fabs(b->eu.code_max * b->eu.step);
+        emag = lo > hi ? lo : hi;
+    }
+    return emag * top <= any_dtype_max[c->tdt];
+}
+
+/* how the element loop forms x / scale (BK_*, loops.c); use_inv: every power-of-two scale of the
+   chunk has its exact reciprocal */
+static int block_kind(const any_call *c, int use_inv) {
+    if (c->b.pow2) return use_inv ? (c->b.fix_tiny ? BK_INV_FIX : BK_INV) : BK_DIV;
+    return c->b.rcp && c->wdt ? BK_RCP : BK_DIV;
+}
+
+/* The threshold path: float32 in and out, an element with at most 8 magnitudes, a mode whose
+ * rounding of |q| is the same for both signs (cparams._thresholds). For a block of scale S the
+ * element index of |x| / S is the number of decision points t_i with |x| beyond t_i * S (at or
+ * beyond where ties go up), compared exactly: t_i * S is exact in float64 (Block's width rule), and
+ * for float32 |x| and a real T, |x| >= T iff |x| >= RU32(T), |x| > T iff |x| >= the next float32
+ * above T. The value is the float32 rounding of grid[index] * S (as the reference's float64 product
+ * converts to float32), with x's sign (plus 0 or -0, as the element keeps -0 or not); blocks holding
+ * NaN/inf get NaN. The reference rounds fl(x / S), which its exactness argument (kernels.block) puts
+ * on the same side of every t_i as the exact quotient: the same element, so the same bits. Blocks
+ * hold whole groups of BLOCK_G (or the chunk is one block); a short last group is padded. The seven
+ * comparisons are written out (missing ones compare with +inf): a loop over them around the lane
+ * loop makes GCC unroll the lanes into scalar code. */
+#define THR_MAX 7
+static void thresh_chunk(const any_call *c, const float *x, float *y, int64_t n, int64_t bs, const double *sc,
+                         const int *bad) {
+    enum { NB = BLOCK_CHUNK / BLOCK_G };
+    const any_block *B = &c->b;
+    const int K = B->nthr;
+    const int64_t nb = (n + bs - 1) / bs;
+    float val[THR_MAX + 1][NB], thr[THR_MAX][NB];
+    for (int i = 0; i <= THR_MAX; i++) {
+        const double g = B->grid[i <= K ? i : K];
+        for (int64_t b = 0; b < nb; b++) val[i][b] = bad[b] ? NAN : (float)(g * sc[b]);
+    }
+    for (int i = 0; i < THR_MAX; i++) {
+        const double t = i < K ? B->thr[i] : INFINITY;
+        const uint32_t strict = !((B->thr_incl >> i) & 1);
+        for (int64_t b = 0; b < nb; b++) {
+            const double T = t * sc[b];
+            const float f = (float)T; /* T > 0: f is 0, positive, or inf */
+            const double fd = (double)f;
+            /* RU32(T) (ties up), or the next float32 above T: one up from f where f falls short */
+            const uint32_t up = (uint32_t)(fd < T) | (strict & (uint32_t)(fd == T));
+            thr[i][b] = f32_from(f32_bits(f) + up);
+        }
+    }
+    const float zadd = B->ef.negative_zero ? -0.0f : 0.0f;
+    const int64_t gpb = n <= bs ? NB + 1 : bs / BLOCK_G;
+    for (int64_t i = 0, b = 0, left = gpb; i < n; i += BLOCK_G) {
+        const int64_t m = n - i < BLOCK_G ? n - i : BLOCK_G;
+        float xv[BLOCK_G], yv[BLOCK_G];
+        if (m == BLOCK_G) memcpy(xv, x + i, sizeof xv);
+        else for (int j = 0; j < BLOCK_G; j++) xv[j] = j < m ? x[i + j] : 0.0f;
+        const float e0 = thr[0][b], e1 = thr[1][b], e2 = thr[2][b], e3 = thr[3][b], e4 = thr[4][b],
+                    e5 = thr[5][b], e6 = thr[6][b];
+        const float v0 = val[0][b], v1 = val[1][b], v2 = val[2][b], v3 = val[3][b], v4 = val[4][b],
+                    v5 = val[5][b], v6 = val[6][b], v7 = val[7][b];
+        for (int j = 0; j < BLOCK_G; j++) { /* the thresholds rise: the last one passed wins */
+            const float a = fabsf(xv[j]);
+            float v = a >= e0 ? v1 : v0;
+            v = a >= e1 ? v2 : v;
+            v = a >= e2 ? v3 : v;
+            v = a >= e3 ? v4 : v;
+            v = a >= e4 ? v5 : v;
+            v = a >= e5 ? v6 : v;
+            v = a >= e6 ? v7 : v;
+            yv[j] = copysignf(v, xv[j]) + zadd;
+        }
+        if (m == BLOCK_G) memcpy(y + i, yv, sizeof yv);
+        else for (int j = 0; j < m; j++) y[i + j] = yv[j];
+        if (--left == 0) {
+            b++;
+            left = gpb;
+        }
+    }
+}
+
 static void chunk(const block_job *j, int64_t off, int64_t n, int64_t bs, const double *sc, const double *iv,
                   const int *bad, int use_inv, uint64_t idx0, int64_t *und) {
     size_t ts = any_tsize[j->c->tdt];
     const char *x = j->x + off * (int64_t)ts;
     char *y = j->y + off * (int64_t)ts;
-    if (j->c->wdt) block_chunk_f64(j->c, x, y, n, bs, sc, iv, bad, use_inv, j->base, idx0, und);
-    else block_chunk_f32(j->c, x, y, n, bs, sc, iv, bad, use_inv, j->base, idx0, und);
-    if (j->c->b.sat_dtype && x != y) *und += count_overflow(x, y, j->c->tdt, n);
+    int kind = block_kind(j->c, use_inv);
+    if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs))
+        thresh_chunk(j->c, (const float *)x, (float *)y, n, bs, sc, bad);
+    else if (j->c->wdt) block_chunk_f64(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
+    else block_chunk_f32(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
+    if (j->c->b.sat_dtype && x != y && !below_dtype_max(j->c, n, bs, sc, bad))
+        *und += count_overflow(x, y, j->c->tdt, n);
 }
 
 /* one long block (more than BLOCK_CHUNK elements) of a row, scale known: chunk by chunk */
@@ -471,6 +558,12 @@ double anynum_block_tensor_scale(const void *x, int64_t n, const any_call *c, in
     double amax_t = bits_value(parallel_amax(&j, 0, n, 1, pool_parts(n, c->grain, threads)), c->tdt);
     double ts = round_up_into(&c->b.tensor_fmt, amax_t / c->b.tensor_den, c->b.tensor_min);
     return amax_t > 0.0 ? ts : 1.0;
+}
+
+/* The block quotients BK_RCP forms, q[i] = fl(x[i] / s[i]) from fl(1 / s[i]) (tests compare them
+   with float64 division). */
+void anynum_block_quotients(const float *x, const double *s, int64_t n, double *q) {
+    for (int64_t i = 0; i < n; i++) q[i] = rcp_div_f64((double)x[i], s[i], 1.0 / s[i]);
 }
 
 /* the pool's size, for tests: workers started in this process */
