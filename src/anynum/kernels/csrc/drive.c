@@ -285,16 +285,25 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
         const float_k_f64 fk = float_consts_f64(&b->scale_fmt);
         const double den = b->tensor_scale ? b->elem_max * j->tscale : b->elem_max;
         const double smin = b->scale_min, tmul = b->tensor_scale ? j->tscale : 1.0;
+        double q[BLOCK_CHUNK];
+        /* fl(amax / den) from the reciprocal where rcp_div's conditions hold (amax of float32 or
+           narrower inputs, den of at most 48 significant bits within 2**+-300), else divided */
+        if (b->rcp && (f64_bits(den) & 0x1Full) == 0 && den >= 0x1p-300 && den <= 0x1p300) {
+            const double iden = 1.0 / den;
+            for (int64_t i = 0; i < nb; i++) q[i] = rcp_div_f64(bad[i] ? 0.0 : amax[i], den, iden);
+        } else {
+            for (int64_t i = 0; i < nb; i++) q[i] = (bad[i] ? 0.0 : amax[i]) / den;
+        }
         for (int64_t i = 0; i < nb; i++) {
-            double q = (bad[i] ? 0.0 : amax[i]) / den;
             int u = 0;
-            double s = float_round_f64(q, &fk, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
-            s = q > 0.0 ? s : smin;
+            double s = float_round_f64(q[i], &fk, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
+            s = q[i] > 0.0 ? s : smin;
             sc[i] = s * tmul; /* exact: Block's width rule (docs/block.md) */
             k[i] = (int64_t)((f64_bits(s) >> 52) & 0x7FF) - 1023;
         }
-        if (!b->pow2) {
-            for (int64_t i = 0; i < nb; i++) iv[i] = 1.0 / sc[i];
+        if (!b->pow2) { /* fl(1 / s) for BK_RCP; the threshold path (float32) does without */
+            if (!(b->nthr > 0 && tdt == T_F32 && j->bs % BLOCK_G == 0)) /* see chunk() */
+                for (int64_t i = 0; i < nb; i++) iv[i] = 1.0 / sc[i];
             return;
         }
     }
@@ -471,7 +480,8 @@ static void blocks_task(void *ctx, int part, int parts) {
         uint64_t bits[BLOCK_CHUNK];
         blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
         blocks_scales(j, bits, nb, sc, iv, bad);
-        for (int64_t b = 0; b < nb; b++) use_inv &= iv[b] != 0.0;
+        if (j->c->b.pow2)
+            for (int64_t b = 0; b < nb; b++) use_inv &= iv[b] != 0.0;
         chunk(j, off, n, bs, sc, iv, bad, use_inv, idx0, und);
         g += nb;
     }

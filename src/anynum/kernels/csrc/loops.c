@@ -94,8 +94,9 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
 }
 
 /* one element: q from x (QEXPR), the repair (FIXQ), the element's rounding, the symmetric clamp,
-   back to x's scale (times 1, or NaN for blocks holding NaN/inf) */
-#define BLOCK_ELEM(ROUND, QEXPR, FIXQ, XV, YV, IDX, SW, BW)                                          \
+   back to x's scale (times 1, or NaN for blocks holding NaN/inf); undecided exact-SR elements are
+   counted in CNT */
+#define BLOCK_ELEM(ROUND, QEXPR, FIXQ, XV, YV, IDX, SW, BW, CNT)                                        \
     {                                                                                                \
         int u = 0;                                                                                   \
         const uint64_t index = idx0 + (uint64_t)(IDX);                                               \
@@ -106,25 +107,30 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
         r = r < lo_clip ? lo_clip : r;                                                               \
         r = r > hi_clip ? hi_clip : r;                                                               \
         YV = (r * (SW)) * (BW);                                                                      \
-        count += u;                                                                                  \
+        CNT += u;                                                                                    \
     }
 
 #define BLOCK_FIX q = ((q == (W)0) & (x != (W)0)) ? COPYSIGNW(tiny, x) : q;
 
 /* Whole groups of BLOCK_G elements, ng of them, gpb per block: the block's scale, reciprocal and NaN
-   multiplier as scalars, the group through local arrays (no aliasing checks, no epilogue). */
+   multiplier as scalars, the group through local arrays (no aliasing checks, no epilogue), the
+   undecided count per lane (summed once: a sum per group costs a horizontal reduction each). */
 #define BLOCK_GROUPS(ROUND, QEXPR, FIXQ)                                                             \
-    for (int64_t g = 0, b = 0, left = gpb; g < ng; g++) {                                            \
-        const W sw = scale[b], iw = inv[b], bw = badmul[b];                                          \
-        W xv[BLOCK_G], yv[BLOCK_G];                                                                  \
-        memcpy(xv, xs + g * BLOCK_G, sizeof xv);                                                     \
-        for (int j = 0; j < BLOCK_G; j++)                                                            \
-            BLOCK_ELEM(ROUND, QEXPR, FIXQ, xv[j], yv[j], g * BLOCK_G + j, sw, bw)                    \
-        memcpy(ys + g * BLOCK_G, yv, sizeof yv);                                                     \
-        if (--left == 0) {                                                                           \
-            b++;                                                                                     \
-            left = gpb;                                                                              \
+    {                                                                                                \
+        int64_t cv[BLOCK_G] = {0};                                                                   \
+        for (int64_t g = 0, b = 0, left = gpb; g < ng; g++) {                                        \
+            const W sw = scale[b], iw = inv[b], bw = badmul[b];                                      \
+            W xv[BLOCK_G], yv[BLOCK_G];                                                              \
+            memcpy(xv, xs + g * BLOCK_G, sizeof xv);                                                 \
+            for (int j = 0; j < BLOCK_G; j++)                                                        \
+                BLOCK_ELEM(ROUND, QEXPR, FIXQ, xv[j], yv[j], g * BLOCK_G + j, sw, bw, cv[j])         \
+            memcpy(ys + g * BLOCK_G, yv, sizeof yv);                                                 \
+            if (--left == 0) {                                                                       \
+                b++;                                                                                 \
+                left = gpb;                                                                          \
+            }                                                                                        \
         }                                                                                            \
+        for (int j = 0; j < BLOCK_G; j++) count += cv[j];                                            \
     }
 
 /* A chunk: blocks of bs elements (the last may be short), block b's values scale[b], inv[b] (exact
@@ -142,16 +148,18 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
         const W hi_clip = c->b.symmetric ? (W)c->b.elem_max : (W)INFINITY; /* symmetric blocks */    \
         const W lo_clip = -hi_clip;                                                                  \
         int64_t count = 0;                                                                           \
-        const int grouped = bs % BLOCK_G == 0 || n <= bs;                                            \
+        /* the kinds with a group body; BK_DIV (rare: scales without an exact reciprocal, float64  \
+           inputs with non-power-of-two scales) goes element by element */                            \
+        const int bodied = (M <= M_RZ && kind == BK_INV) || kind == BK_INV_FIX                      \
+                           || (sizeof(W) == 8 && kind == BK_RCP);                                    \
+        const int grouped = (bs % BLOCK_G == 0 || n <= bs) && bodied;                                \
         const int64_t gpb = bs / BLOCK_G, ng = grouped ? n / BLOCK_G : 0, first = ng * BLOCK_G;      \
         if (M <= M_RZ && kind == BK_INV) { /* the repair is off only in modes sending tiny to 0 */   \
             BLOCK_GROUPS(ROUND, x * iw, )                                                            \
         } else if (kind == BK_INV_FIX) {                                                             \
             BLOCK_GROUPS(ROUND, x * iw, BLOCK_FIX)                                                   \
-        } else if (sizeof(W) == 8 && kind == BK_RCP) {                                               \
-            BLOCK_GROUPS(ROUND, SFX(rcp_div)(x, sw, iw), BLOCK_FIX)                                  \
-        } else {                                                                                     \
-            BLOCK_GROUPS(ROUND, x / sw, BLOCK_FIX)                                                   \
+        } else if (sizeof(W) == 8 && kind == BK_RCP) { /* non-power-of-two: no repair */             \
+            BLOCK_GROUPS(ROUND, SFX(rcp_div)(x, sw, iw), )                                           \
         }                                                                                            \
         if (first < n) {                                                                             \
             W es[BLOCK_CHUNK], eb[BLOCK_CHUNK];                                                      \
@@ -163,7 +171,7 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
                 }                                                                                    \
             }                                                                                        \
             for (int64_t i = first; i < n; i++)                                                      \
-                BLOCK_ELEM(ROUND, x / es[i], BLOCK_FIX, xs[i], ys[i], i, es[i], eb[i])               \
+                BLOCK_ELEM(ROUND, x / es[i], BLOCK_FIX, xs[i], ys[i], i, es[i], eb[i], count)        \
         }                                                                                            \
         *und += count;                                                                               \
     }
