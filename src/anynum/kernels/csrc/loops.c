@@ -71,7 +71,7 @@ static const any_loop SFX(elem_loops)[6][M_COUNT] = {
 #define BLOCK_CHUNK 1024 /* elements per chunk: the working-type staging buffer and per-block arrays */
 #define BLOCK_G 16       /* elements per group: the unit of the element loop over blocks of 16k elements */
 
-/* How a group forms q = x / s (the driver's choice, drive.c's block_kind):
+/* How a group forms q = x / s (the driver's choice, block.c's block_kind):
  *   BK_INV     x * 2**-k: exact, so the same bits as the divide (power-of-two scales);
  *   BK_INV_FIX the same, then q underflowing to 0 keeps x's sign and non-zeroness (the reference's
  *              repair, where the element's rounding could tell);
