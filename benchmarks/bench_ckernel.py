@@ -1,11 +1,12 @@
 """What the native C kernels cost: per element (one thread, data in cache) and per call (4k elements).
 
-    python benchmarks/bench_ckernel.py [--size 1048576] [--rounds 15] [--calls 3000]
+    python benchmarks/bench_ckernel.py [--size 1048576] [--rounds 15] [--calls 3000] [--thread-time]
 
 Part 1 rounds `--size` float32 elements with one thread, every case once per round in turn, and
 prints the minimum time as a multiple of ``out.copy_(x)``'s minimum: with the data in cache this is
-the arithmetic each family costs per element, not a bandwidth figure. Part 2 times 4,096-element
-calls (2 threads) through each layer: copy_, the bf16 round trip, the C kernel alone
+the arithmetic each family costs per element, not a bandwidth figure. ``--thread-time`` times part 1
+by the thread's CPU time, which leaves out the time other processes hold the core. Part 2 times
+4,096-element calls (2 threads) through each layer: copy_, the bf16 round trip, the C kernel alone
 (`anynum.kernels.ckernel.native_round`), the router's plan, `Rounder` and `an.quantize`, in
 microseconds per call (best of 5 batches). Ratios from one run only (docs/speed.md).
 """
@@ -36,12 +37,17 @@ CASES: list[tuple[str, an.Format | None, str, int | None]] = [
     ("table(e2m1) nearest", an.Table.from_format(an.E2M1), "nearest", None),
     ("table(posit(8,0)) nearest", an.Table.from_format(an.Posit(8, 0)), "nearest", None),
     ("mxfp8_e4m3 nearest", an.MXFP8_E4M3, "nearest", None),
+    ("mxfp4_e2m1 nearest", an.MXFP4_E2M1, "nearest", None),
+    ("mxint8 nearest", an.MXINT8, "nearest", None),
     ("nvfp4 nearest", an.NVFP4, "nearest", None),
+    ("mxfp8_e4m3 sr", an.MXFP8_E4M3, "sr", None),
+    ("nvfp4 sr", an.NVFP4, "sr", None),
 ]
 
 
-def per_element(size: int, rounds: int) -> None:
+def per_element(size: int, rounds: int, thread_time: bool = False) -> None:
     torch.set_num_threads(1)
+    clock = time.thread_time if thread_time else time.perf_counter
     x = torch.randn(size) * 4
     out = torch.empty_like(x)
 
@@ -57,10 +63,11 @@ def per_element(size: int, rounds: int) -> None:
     best = [float("inf")] * len(fns)
     for _ in range(rounds):
         for i, f in enumerate(fns):
-            t0 = time.perf_counter()
+            t0 = clock()
             f()
-            best[i] = min(best[i], time.perf_counter() - t0)
-    print(f"one thread, {size} float32 elements, minimum of {rounds} interleaved rounds:")
+            best[i] = min(best[i], clock() - t0)
+    what = "thread CPU time" if thread_time else "wall time"
+    print(f"one thread, {size} float32 elements, minimum of {rounds} interleaved rounds ({what}):")
     for (label, *_), t in zip(CASES, best):
         print(f"  {label:<28} {t / best[0]:7.2f}x copy_   {t * 1e3:8.3f} ms")
 
@@ -101,8 +108,13 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1 << 20)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument(
+        "--thread-time",
+        action="store_true",
+        help="time part 1 by the calling thread's CPU time (a loaded machine's preemptions left out)",
+    )
     args = ap.parse_args()
-    per_element(args.size, args.rounds)
+    per_element(args.size, args.rounds, args.thread_time)
     per_call(args.calls)
 
 

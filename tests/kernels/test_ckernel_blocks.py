@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import anynum as an
+from anynum.formats.block import UE4M3
 from anynum.quantize.checks import check_representable
 from anynum.rounding import Rounding
 
@@ -22,6 +23,8 @@ BLOCKS = [
     an.Block(an.E4M3FN, 16, axis=0), an.Block(an.FixedPoint(4, 4), None, axis=None),
     an.Block(an.IntFormat(8), None), an.Block(an.FixedPoint(3, 3, overflow="wrap"), 4),
     an.Block(an.FP16, 32),  # element exact in float32 only with float64 working
+    an.Block(an.E2M1, None),  # one block per row: the threshold path with a single scale
+    an.Block(an.E2M1, 48, scale=UE4M3, scale_rule="amax"),  # non-power-of-two scales, no tensor scale
 ]  # fmt: skip
 
 
@@ -114,3 +117,84 @@ def test_results_past_the_dtype_max_go_to_the_reference(dtype: torch.dtype, cn) 
     got = native_round(params, Call(fmt, mode, "saturate", None, dtype, "cpu", None), small, None)
     assert got is not None
     cn.assert_same(got, cn.reference(fmt, mode, "saturate", None, small), small, "small")
+
+
+def _on_decision_points(fmt: an.Block, tensor_max: float, seed: int) -> torch.Tensor:
+    """float32 rows of blocks whose first element (the largest) fixes the block's scale S, the others
+    sitting on the element's decision points times S (grid points and midpoints, rounded to float32)
+    and one float32 step either side: exact ties where t * S fits float32, near-ties elsewhere.
+    `tensor_max` (above 320) is the largest element of all (NVFP4's tensor scale comes from it)."""
+    g = torch.Generator().manual_seed(seed)
+    bs = fmt.block_size
+    assert bs is not None
+    rows = 64
+    x = torch.randn(rows, bs, generator=g, dtype=torch.float64)
+    x = x * torch.exp2(torch.randint(-20, 5, (rows, 1), generator=g))
+    x[:, 0] = x.abs().amax(dim=1) * (1 + torch.rand(rows, generator=g, dtype=torch.float64))  # the block max
+    x[0, 0] = tensor_max
+    x = x.float()
+    res = an.quantize_block(x, fmt)
+    scale = res.scales.double() * (res.tensor_scale.double() if res.tensor_scale is not None else 1.0)
+    grid = torch.from_numpy(fmt.element.values()).double()
+    grid = torch.unique(grid[grid >= 0])
+    points = torch.cat([grid[1:], (grid[:-1] + grid[1:]) / 2])
+    for r in range(rows):
+        s = float(scale[r, 0])
+        amax = float(x[r].abs().max())
+        ok = points[points * s < amax * (1 - 2**-20)]  # below the block max: the scales stay
+        if ok.numel() == 0:
+            continue
+        pick = ok[torch.randint(0, ok.numel(), (bs - 1,), generator=g)] * s
+        sign = torch.where(torch.rand(bs - 1, generator=g) < 0.5, -1.0, 1.0).double()
+        v = (pick * sign).float()
+        step = torch.randint(-1, 2, (bs - 1,), generator=g)  # one float32 step down, none, or up
+        v = torch.where(step < 0, torch.nextafter(v, torch.tensor(0.0)), v)
+        v = torch.where(step > 0, torch.nextafter(v, torch.tensor(float("inf")) * v.sign()), v)
+        x[r, 1:] = v
+    after = an.quantize_block(x, fmt)
+    assert torch.equal(after.scales, res.scales)  # the construction kept every block's scale
+    return x
+
+
+@pytest.mark.parametrize("fmt", [an.NVFP4, an.MXFP4_E2M1, an.MXFP8_E4M3], ids=repr)
+def test_blocks_on_decision_points(fmt: an.Block, cn) -> None:  # type: ignore[no-untyped-def]
+    """Inputs on and next to every rounding boundary of the element grid, in every mode: the threshold
+    path (float32, nearest and toward-zero modes on E2M1) compares |x| with exact boundaries and the
+    reciprocal path (NVFP4's other modes) rebuilds the reference's quotient, so ties must tie as the
+    reference ties. NVFP4 with a tensor scale of few bits (3360 / 2688 = 1.25: exact ties) and of many."""
+    for tensor_max, seed in ((3360.0, 0), (3361.7, 1), (1e30, 2)):
+        x = _on_decision_points(fmt, tensor_max, seed)
+        cn.check(fmt, x)
+        cn.check(fmt, x.double())
+
+
+def test_block_quotients_from_the_reciprocal_are_the_divisions() -> None:
+    """BK_RCP forms fl(x / S) (float32 x, NVFP4-like S = UE4M3 value * FP32 value) from fl(1 / S) and
+    two FMAs: bit for bit float64's division, also for x next to x / S = a midpoint between doubles
+    (where a faithful quotient would differ)."""
+    import ctypes
+
+    from anynum.kernels.clib import library
+
+    lib = library()
+    if lib is None:
+        pytest.skip("no C compiler")
+    g = torch.Generator().manual_seed(5)
+    n = 1 << 20
+    sb = torch.from_numpy(UE4M3.values()).double()
+    sb = sb[(sb > 0) & torch.isfinite(sb)]
+    ts = torch.randint(1, 0x7F7FFFFF, (n,), generator=g, dtype=torch.int64)
+    ts = ts.to(torch.int32).view(torch.float32)  # every positive finite float32
+    s = sb[torch.randint(0, sb.numel(), (n,), generator=g)] * ts.double()
+    q = torch.rand(n, generator=g, dtype=torch.float64) + 1
+    q = q * torch.exp2(torch.randint(-30, 10, (n,), generator=g)).double()
+    mid = q + torch.exp2(torch.floor(torch.log2(q)) - 53)  # halfway between q and the next double
+    x = torch.where(torch.rand(n, generator=g) < 0.5, (mid * s).float(), ts)
+    x = torch.where(torch.isfinite(x) & (x != 0), x, torch.ones(()))
+    x = torch.where(torch.rand(n, generator=g) < 0.5, -x, x)
+    got = torch.empty(n, dtype=torch.float64)
+    lib.anynum_block_quotients(
+        ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(s.data_ptr()), n, ctypes.c_void_p(got.data_ptr())
+    )
+    want = x.double() / s
+    assert torch.equal(got.view(torch.int64), want.view(torch.int64))

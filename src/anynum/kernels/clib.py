@@ -68,7 +68,7 @@ def source_text() -> str:
         defines += f"#define SFX(n) CAT(n, _{suffix})\n"
         undefs = "".join(f"#undef {k}\n" for k in (*macros, "SFX"))
         parts += [defines, *(read(t) for t in _TEMPLATES), undefs]
-    parts += [read("drive.c")]
+    parts += [read("block.c"), read("drive.c")]
     return "\n".join(parts)
 
 
@@ -97,6 +97,8 @@ def library() -> ctypes.CDLL | None:
     lib.anynum_round_blocks.restype = i64
     lib.anynum_block_tensor_scale.argtypes = [vp, i64, vp, i32]
     lib.anynum_block_tensor_scale.restype = ctypes.c_double
+    lib.anynum_block_quotients.argtypes = [vp, vp, i64, vp]
+    lib.anynum_block_quotients.restype = None
     lib.anynum_pool_workers.argtypes = []
     lib.anynum_pool_workers.restype = i32
     lib.anynum_call_size.argtypes = []

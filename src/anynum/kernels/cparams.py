@@ -34,7 +34,7 @@ from anynum.formats.floating import FloatFormat
 from anynum.formats.posit import Posit
 from anynum.formats.table import Table
 from anynum.kernels.block import saturate_to_dtype_needed, underflow_is_harmless
-from anynum.kernels.eager import working_dtype
+from anynum.kernels.eager import round_to_format, working_dtype
 from anynum.kernels.tablelut import neighbour_lut, result_lut
 from anynum.rounding import Rounding
 
@@ -161,9 +161,11 @@ class BlockParams(ctypes.Structure):
             (name, ctypes.c_int32)
             for name in (
                 "elem_family", "rule", "pow2", "kmin", "kmax", "elem_emax", "symmetric", "fix_tiny",
-                "tensor_scale", "sat_dtype",
+                "tensor_scale", "sat_dtype", "rcp", "nthr", "thr_incl",
             )
         ),
+        ("grid", ctypes.c_double * 16),
+        ("thr", ctypes.c_double * 16),
     ]  # fmt: skip
 
 
@@ -354,7 +356,14 @@ def _block_params(
         # the reference repairs x / scale underflowing to 0 only on the power-of-two path
         fix_tiny=int(fmt.power_of_two_scales and not underflow_is_harmless(element, mode, wdtype)),
         sat_dtype=int(saturate_to_dtype_needed(fmt, overflow, dtype)),
+        rcp=int(_rcp_ok(fmt, dtype)),
     )
+    thresholds = _thresholds(fmt, mode, overflow, dtype)
+    if thresholds is not None:
+        grid, thr, params.thr_incl = thresholds
+        params.nthr = len(thr)
+        params.grid[: len(grid)] = grid
+        params.thr[: len(thr)] = thr
     if isinstance(element, FloatFormat):
         params.elem_family, params.ef = FAMILY_FLOAT, float_params(element, wdtype, overflow)
     elif isinstance(element, UniformFormat):
@@ -371,6 +380,69 @@ def _block_params(
     if not fmt.power_of_two_scales and wdtype != torch.float64:
         return None  # the reference works in float64 there
     return params
+
+
+def _rcp_ok(fmt: Block, dtype: torch.dtype) -> bool:
+    """Whether the C kernel may form the reference's ``fl(x / S)`` from ``fl(1 / S)`` and two FMAs
+    (loops.c, ``rcp_div``): non-power-of-two scales S of at most 48 significant bits within
+    ``2**±300``, and inputs of float32 or narrower (nonzero |x| >= 2**-149, so nothing underflows).
+
+    >>> import anynum as an
+    >>> [_rcp_ok(an.NVFP4, torch.float32), _rcp_ok(an.NVFP4, torch.float64)]
+    [True, False]
+    >>> _rcp_ok(an.MXFP4_E2M1, torch.float32)  # power-of-two scales multiply by 2**-k
+    False
+    """
+    if fmt.power_of_two_scales or dtype == torch.float64:
+        return False
+    bits = fmt.scale.precision
+    top, bottom = fmt.scale.max, fmt.scale.smallest_subnormal
+    if fmt.tensor_scale is not None:
+        bits += fmt.tensor_scale.precision
+        top *= fmt.tensor_scale.max
+        bottom *= fmt.tensor_scale.smallest_subnormal
+    return bits <= 48 and 2.0**-300 <= bottom and top <= 2.0**300
+
+
+_THRESHOLD_MODES = (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.NEAREST_ZERO, Rounding.TOWARD_ZERO)
+
+
+def _thresholds(
+    fmt: Block, mode: Rounding, overflow: str, dtype: torch.dtype
+) -> tuple[list[float], list[float], int] | None:
+    """The element's magnitudes, the decision points between neighbours and which of them round up
+    (a bit mask), for the C kernel's threshold path (block.c, ``thresh_chunk``); None where it does
+    not apply.
+
+    It applies to float32 tensors, saturating float elements with zero and at most 8 magnitudes,
+    mirrored for negatives (E2M1: NVFP4, MXFP4), in the modes whose rounding of ``|x / S|`` does not
+    depend on the sign. The decision points are the midpoints (nearest modes) or the grid points
+    (toward zero), and how each one and its float64 neighbours round is asked of the eager reference.
+
+    >>> import anynum as an
+    >>> grid, thr, incl = _thresholds(an.NVFP4, Rounding.NEAREST_EVEN, "saturate", torch.float32)
+    >>> grid, thr, bin(incl)
+    ([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], '0b101010')
+    """
+    element = fmt.element
+    if dtype != torch.float32 or mode not in _THRESHOLD_MODES or overflow != "saturate" or fmt.symmetric:
+        return None
+    if not isinstance(element, FloatFormat) or not element.signed or not element.zero or element.bits > 8:
+        return None
+    values = np.asarray(element.values(), dtype=np.float64)
+    grid = np.unique(np.abs(values))
+    mirrored = np.array_equal(np.unique(-values[values < 0]), grid[1:])
+    if not 2 <= grid.size <= 8 or grid[0] != 0.0 or not mirrored:
+        return None
+    thr = (grid[:-1] + grid[1:]) / 2 if mode is not Rounding.TOWARD_ZERO else grid[1:]
+    probe = np.concatenate([thr, np.nextafter(thr, -np.inf), np.nextafter(thr, np.inf)])
+    got = round_to_format(element, torch.from_numpy(probe), mode, "saturate", None, None).numpy()
+    at, below, above = np.split(got, 3)
+    up = at == grid[1:]
+    sides = np.array_equal(below, grid[:-1]) and np.array_equal(above, grid[1:])
+    if not (sides and np.all(up | (at == grid[:-1]))):
+        return None
+    return grid.tolist(), thr.tolist(), sum(1 << i for i, u in enumerate(up) if u)
 
 
 @functools.lru_cache(maxsize=1024)

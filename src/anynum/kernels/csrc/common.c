@@ -137,10 +137,18 @@ typedef struct { /* Block: scale rule, then the element format's own rounding */
     int64_t block_size;
     int32_t elem_family, rule, pow2, kmin, kmax, elem_emax, symmetric, fix_tiny, tensor_scale;
     int32_t sat_dtype; /* results may pass the dtype's max (kernels.block.saturate_to_dtype_needed) */
+    int32_t rcp; /* non-power-of-two scales may form x / scale as BK_RCP (loops.c; cparams._rcp_ok) */
+    /* the threshold path (block.c, thresh_chunk; cparams._thresholds): nthr > 0 decision points
+       thr[i] between the element magnitudes grid[i] and grid[i + 1], which round up where bit i of
+       thr_incl is set */
+    int32_t nthr, thr_incl;
+    double grid[16], thr[16]; /* at most 8 and 7 used */
 } any_block;
 
 enum { F_FLOAT, F_UNIFORM, F_POSIT, F_TABLE, F_BLOCK };
 enum { R_FLOOR, R_CEIL, R_EVEN, R_AMAX };
+/* how a block loop forms x / scale (loops.c) */
+enum { BK_INV, BK_INV_FIX, BK_DIV, BK_RCP };
 
 typedef struct {
     int32_t family, mode, wdt, tdt, rand_bits, pad;
@@ -160,7 +168,7 @@ typedef struct {
     int64_t lstride; /* logical index step from one element to the next */
 } any_pos;
 
-/* the scale of one block (drive.c): 2**k (pow2) or `total`, from its amax (float64) */
+/* the scale of one block (block.c): 2**k (pow2) or `total`, from its amax (float64) */
 static void block_scale(const any_call *c, double amax, int bad, double tscale, int *pow2, int *k,
                         double *total);
 

@@ -69,54 +69,121 @@ static const any_loop SFX(elem_loops)[6][M_COUNT] = {
 /* --- blocks: a chunk of whole blocks (or of one long block), each with its scale ---------------- */
 
 #define BLOCK_CHUNK 1024 /* elements per chunk: the working-type staging buffer and per-block arrays */
+#define BLOCK_G 16       /* elements per group: the unit of the element loop over blocks of 16k elements */
 
-/* q = x / s (as x * 2**-k where that is exact), the element's rounding, back to x's scale; the
-   block's scale, reciprocal and NaN multiplier come per element (one flat loop vectorises best) */
-#define BLOCK_BODY(ROUND)                                                                            \
-    for (int64_t i = 0; i < n; i++) {                                                                \
+/* How a group forms q = x / s (the driver's choice, block.c's block_kind):
+ *   BK_INV     x * 2**-k: exact, so the same bits as the divide (power-of-two scales);
+ *   BK_INV_FIX the same, then q underflowing to 0 keeps x's sign and non-zeroness (the reference's
+ *              repair, where the element's rounding could tell);
+ *   BK_DIV     x / s, with that repair where c->b.fix_tiny says so;
+ *   BK_RCP     fl(x / s) from the reciprocal (float64, non-power-of-two scales of at most 48
+ *              significant bits): see rcp_div. */
+
+/* fl(x / s) for float64 x, s > 0 of at most 48 significant bits, and iv = fl(1 / s), without a
+   divide. q0 = fl(x * iv) is within 2**-51.9 (relative) of x / s, so the remainder x - q0 * s is a
+   multiple of the finer of the two operands' quanta and below 2**(bits(s) + 2) of them: the FMA
+   computes it exactly. q0 + fl(r * iv) is then within 2**-103 of x / s, while x / s lies at least
+   2**-(54 + bits(s)) (relative) from every midpoint between neighbouring doubles (x and m * s, for a
+   midpoint m of 54 bits, are multiples of a common quantum) and never on one (x = m * s would give x
+   54 significant bits), so the last FMA rounds to fl(x / s). Over- and underflow cannot arise for
+   the block scales' ranges (cparams._rcp_ok). The quotient's sign is x's (x = -0 included). */
+ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
+    W q0 = x * iv;
+    W r = fma(-q0, s, x);
+    return COPYSIGNW(fma(r, iv, q0), x); /* x = -0: r = +0 and the sum +0 */
+}
+
+/* one element: q from x (QEXPR), the repair (FIXQ), the element's rounding, the symmetric clamp,
+   back to x's scale (times 1, or NaN for blocks holding NaN/inf); undecided exact-SR elements are
+   counted in CNT */
+#define BLOCK_ELEM(ROUND, QEXPR, FIXQ, XV, YV, IDX, SW, BW, CNT)                                        \
+    {                                                                                                \
         int u = 0;                                                                                   \
-        uint64_t index = idx0 + (uint64_t)i;                                                         \
-        W x = xs[i], s = scale[i];                                                                   \
-        W q = USE_INV ? x * inv[i] : x / s;                                                          \
-        q = ((q == (W)0) & (x != (W)0)) ? COPYSIGNW(tiny, x) : q;                                    \
+        const uint64_t index = idx0 + (uint64_t)(IDX);                                               \
+        const W x = XV;                                                                              \
+        W q = QEXPR;                                                                                 \
+        FIXQ                                                                                         \
         W r = ROUND;                                                                                 \
         r = r < lo_clip ? lo_clip : r;                                                               \
         r = r > hi_clip ? hi_clip : r;                                                               \
-        ys[i] = (r * s) * badmul[i];                                                                 \
-        count += u;                                                                                  \
+        YV = (r * (SW)) * (BW);                                                                      \
+        CNT += u;                                                                                    \
     }
 
-#define BLOCK_LOOP(NAME, CONSTS, KTYPE, ROUND)                                                       \
-    static void SFX(NAME)(const W *xs, W *ys, int64_t n, const W *scale, const W *inv,               \
-                          const W *badmul, int use_inv, const any_call *c, uint64_t base,           \
-                          uint64_t idx0, int64_t *und) {                                             \
+#define BLOCK_FIX q = ((q == (W)0) & (x != (W)0)) ? COPYSIGNW(tiny, x) : q;
+
+/* Whole groups of BLOCK_G elements, ng of them, gpb per block: the block's scale, reciprocal and NaN
+   multiplier as scalars, the group through local arrays (no aliasing checks, no epilogue), the
+   undecided count per lane (summed once: a sum per group costs a horizontal reduction each). */
+#define BLOCK_GROUPS(ROUND, QEXPR, FIXQ)                                                             \
+    {                                                                                                \
+        int64_t cv[BLOCK_G] = {0};                                                                   \
+        for (int64_t g = 0, b = 0, left = gpb; g < ng; g++) {                                        \
+            const W sw = scale[b], iw = inv[b], bw = badmul[b];                                      \
+            W xv[BLOCK_G], yv[BLOCK_G];                                                              \
+            memcpy(xv, xs + g * BLOCK_G, sizeof xv);                                                 \
+            for (int j = 0; j < BLOCK_G; j++)                                                        \
+                BLOCK_ELEM(ROUND, QEXPR, FIXQ, xv[j], yv[j], g * BLOCK_G + j, sw, bw, cv[j])         \
+            memcpy(ys + g * BLOCK_G, yv, sizeof yv);                                                 \
+            if (--left == 0) {                                                                       \
+                b++;                                                                                 \
+                left = gpb;                                                                          \
+            }                                                                                        \
+        }                                                                                            \
+        for (int j = 0; j < BLOCK_G; j++) count += cv[j];                                            \
+    }
+
+/* A chunk: blocks of bs elements (the last may be short), block b's values scale[b], inv[b] (exact
+   2**-k for BK_INV*, fl(1/s) for BK_RCP) and badmul[b]. Blocks of a multiple of BLOCK_G elements,
+   or a chunk of one block, go by groups; the rest (other block sizes, a short last group) element by
+   element with per-element copies of the block values (eb, from `first` on), dividing. */
+#define BLOCK_LOOP(NAME, M, CONSTS, KTYPE, ROUND)                                                    \
+    static void SFX(NAME)(const W *xs, W *ys, int64_t n, int64_t bs, const W *scale, const W *inv,   \
+                          const W *badmul, int kind, const any_call *c, uint64_t base, uint64_t idx0,\
+                          int64_t *und) {                                                            \
         const KTYPE k = CONSTS;                                                                      \
         const int rbits = c->rand_bits;                                                              \
         const double two_r = c->two_r;                                                               \
-        /* the flags as constants: x / s underflowing to 0 keeps x's sign and non-zeroness where   \
-           the element's rounding could tell; symmetric blocks clamp */                              \
         const W tiny = c->b.fix_tiny ? W_TINY : (W)0;                                                \
-        const W hi_clip = c->b.symmetric ? (W)c->b.elem_max : (W)INFINITY;                           \
+        const W hi_clip = c->b.symmetric ? (W)c->b.elem_max : (W)INFINITY; /* symmetric blocks */    \
         const W lo_clip = -hi_clip;                                                                  \
         int64_t count = 0;                                                                           \
-        if (use_inv) {                                                                               \
-            const int USE_INV = 1;                                                                   \
-            BLOCK_BODY(ROUND)                                                                        \
-        } else {                                                                                     \
-            const int USE_INV = 0;                                                                   \
-            BLOCK_BODY(ROUND)                                                                        \
+        /* the kinds with a group body; BK_DIV (rare: scales without an exact reciprocal, float64  \
+           inputs with non-power-of-two scales) goes element by element */                            \
+        const int bodied = (M <= M_RZ && kind == BK_INV) || kind == BK_INV_FIX                      \
+                           || (sizeof(W) == 8 && kind == BK_RCP);                                    \
+        const int grouped = (bs % BLOCK_G == 0 || n <= bs) && bodied;                                \
+        const int64_t gpb = bs / BLOCK_G, ng = grouped ? n / BLOCK_G : 0, first = ng * BLOCK_G;      \
+        if (M <= M_RZ && kind == BK_INV) { /* the repair is off only in modes sending tiny to 0 */   \
+            BLOCK_GROUPS(ROUND, x * iw, )                                                            \
+        } else if (kind == BK_INV_FIX) {                                                             \
+            BLOCK_GROUPS(ROUND, x * iw, BLOCK_FIX)                                                   \
+        } else if (sizeof(W) == 8 && kind == BK_RCP) { /* non-power-of-two: no repair */             \
+            BLOCK_GROUPS(ROUND, SFX(rcp_div)(x, sw, iw), )                                           \
+        }                                                                                            \
+        if (first < n) {                                                                             \
+            W es[BLOCK_CHUNK], eb[BLOCK_CHUNK];                                                      \
+            for (int64_t b = first / bs, s = b * bs; s < n; b++, s += bs) {                          \
+                const int64_t e = n - s < bs ? n : s + bs;                                           \
+                for (int64_t i = s > first ? s : first; i < e; i++) {                                \
+                    es[i] = scale[b];                                                                \
+                    eb[i] = badmul[b];                                                               \
+                }                                                                                    \
+            }                                                                                        \
+            for (int64_t i = first; i < n; i++)                                                      \
+                BLOCK_ELEM(ROUND, x / es[i], BLOCK_FIX, xs[i], ys[i], i, es[i], eb[i], count)        \
         }                                                                                            \
         *und += count;                                                                               \
     }
 
 #define BLOCK_LOOPS(M)                                                                               \
-    BLOCK_LOOP(bfloat_##M##_any, SFX(float_consts)(&c->b.ef), SFX(float_k),                         \
+    BLOCK_LOOP(bfloat_##M##_any, M, SFX(float_consts)(&c->b.ef), SFX(float_k),                      \
                SFX(float_round)(q, &k, M, 0, 0, base, index, rbits, two_r, &u))                      \
-    BLOCK_LOOP(bfloat_##M##_recip, SFX(float_consts)(&c->b.ef), SFX(float_k),                       \
+    BLOCK_LOOP(bfloat_##M##_recip, M, SFX(float_consts)(&c->b.ef), SFX(float_k),                    \
                SFX(float_round)(q, &k, M, 1, 1, base, index, rbits, two_r, &u))                      \
-    BLOCK_LOOP(buniform_##M##_clamp, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),                 \
+    BLOCK_LOOP(buniform_##M##_clamp, M, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),              \
                SFX(uniform_round)(q, &k, M, 0, base, index, rbits, two_r, &u))                       \
-    BLOCK_LOOP(buniform_##M##_wrap, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),                  \
+    BLOCK_LOOP(buniform_##M##_wrap, M, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),               \
                SFX(uniform_round)(q, &k, M, 1, base, index, rbits, two_r, &u))
 
 BLOCK_LOOPS(0)
@@ -130,7 +197,7 @@ BLOCK_LOOPS(7)
 BLOCK_LOOPS(8)
 BLOCK_LOOPS(9)
 
-typedef void (*SFX(block_loop))(const W *, W *, int64_t, const W *, const W *, const W *, int,
+typedef void (*SFX(block_loop))(const W *, W *, int64_t, int64_t, const W *, const W *, const W *, int,
                                  const any_call *, uint64_t, uint64_t, int64_t *);
 
 /* [variant][mode]: float element any / recip, uniform element clamp / wrap */
@@ -141,31 +208,27 @@ static const SFX(block_loop) SFX(block_loops)[4][M_COUNT] = {
 
 /* A chunk of n <= BLOCK_CHUNK elements of dtype c->tdt at x -> y: blocks of bs elements (the last
    may be short), block b's scale sc[b] (a float64 value the working type holds exactly), its
-   reciprocal iv[b] where `use_inv` (exact: x * iv rounds like x / sc), and bad[b] (NaN or inf
-   in the block: every value NaN). Random indices idx0 + i. Staged through the working type when
-   the dtypes differ. */
+   reciprocal iv[b] (see `kind`), and bad[b] (NaN or inf in the block: every value NaN). Random
+   indices idx0 + i. Staged through the working type when the dtypes differ. */
 static void SFX(block_chunk)(const any_call *c, const char *x, char *y, int64_t n, int64_t bs,
-                             const double *sc, const double *iv, const int *bad, int use_inv,
+                             const double *sc, const double *iv, const int *bad, int kind,
                              uint64_t base, uint64_t idx0, int64_t *und) {
     W scale[BLOCK_CHUNK], inv[BLOCK_CHUNK], badmul[BLOCK_CHUNK], buf[BLOCK_CHUNK];
-    for (int64_t b = 0, s = 0; s < n; b++, s += bs) { /* each block's values, element by element */
-        const int64_t e = n - s < bs ? n : s + bs;
-        const W sw = (W)sc[b], iw = (W)iv[b], bw = bad[b] ? (W)NAN : (W)1;
-        for (int64_t i = s; i < e; i++) {
-            scale[i] = sw;
-            inv[i] = iw;
-            badmul[i] = bw;
-        }
+    const int64_t nb = (n + bs - 1) / bs;
+    for (int64_t b = 0; b < nb; b++) {
+        scale[b] = (W)sc[b];
+        inv[b] = (W)iv[b];
+        badmul[b] = bad[b] ? (W)NAN : (W)1;
     }
     const any_block *blk = &c->b;
     int variant = blk->elem_family == F_FLOAT ? (blk->ef.common && blk->ef.recip) : 2 + blk->eu.wrap;
     SFX(block_loop) loop = SFX(block_loops)[variant][c->mode];
     if (c->tdt == (sizeof(W) == 4 ? T_F32 : T_F64)) {
-        loop((const W *)x, (W *)y, n, scale, inv, badmul, use_inv, c, base, idx0, und);
+        loop((const W *)x, (W *)y, n, bs, scale, inv, badmul, kind, c, base, idx0, und);
         return;
     }
     SFX(load)(x, c->tdt, buf, n);
-    loop(buf, buf, n, scale, inv, badmul, use_inv, c, base, idx0, und);
+    loop(buf, buf, n, bs, scale, inv, badmul, kind, c, base, idx0, und);
     SFX(store)(buf, y, c->tdt, n);
 }
 
@@ -173,6 +236,8 @@ static void SFX(block_chunk)(const any_call *c, const char *x, char *y, int64_t 
 #undef MODE_ROW
 #undef FLOAT_LOOPS
 #undef ELEM_LOOP
-#undef BLOCK_BODY
+#undef BLOCK_ELEM
+#undef BLOCK_GROUPS
+#undef BLOCK_FIX
 #undef BLOCK_LOOP
 #undef BLOCK_LOOPS

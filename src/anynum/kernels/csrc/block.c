@@ -1,0 +1,465 @@
+/* The block-format entry point: anynum_round_blocks (the blocked axis last and contiguous) and its
+ * helpers: each block's amax and scale, the threshold path (float32 FP4 elements), the chunks the
+ * element loops (loops.c) round, and the tensor amax of NVFP4. Returns the number of exact-SR
+ * elements left undecided, or -1 when the call names a loop this library does not have; calls with
+ * undecided elements, or with results past the dtype's max, are redone by the router's next kernel.
+ */
+
+static const uint64_t any_abs_mask[4] = {0x7FFFu, 0x7FFFu, 0x7FFFFFFFu, 0x7FFFFFFFFFFFFFFFull};
+static const uint64_t any_inf_bits[4] = {0x7C00u, 0x7F80u, 0x7F800000u, 0x7FF0000000000000ull};
+
+/* the largest |x| as bits (ordered like the magnitudes; NaN above inf); finite_only: ignore
+   inf and NaN (the NVFP4 tensor amax). The exclusion is an arithmetic mask: GCC 12 does not
+   vectorise a max reduction fed by a select. */
+#define AMAX_LOOP(T, MASK, INF)                                                                      \
+    {                                                                                                \
+        const T *h = (const T *)x;                                                                   \
+        const T lim = finite_only ? (T)(INF) : (T)~(T)0;                                             \
+        T m = 0;                                                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                            \
+            T a = h[i] & (T)(MASK);                                                                  \
+            a &= (T)0 - (T)(a < lim);                                                                \
+            m = a > m ? a : m;                                                                       \
+        }                                                                                            \
+        return m;                                                                                    \
+    }
+
+static uint64_t amax_bits(const char *x, int tdt, int64_t n, int finite_only) {
+    if (tdt == T_F16) AMAX_LOOP(uint16_t, 0x7FFFu, 0x7C00u)
+    if (tdt == T_BF16) AMAX_LOOP(uint16_t, 0x7FFFu, 0x7F80u)
+    if (tdt == T_F32) AMAX_LOOP(uint32_t, 0x7FFFFFFFu, 0x7F800000u)
+    AMAX_LOOP(uint64_t, 0x7FFFFFFFFFFFFFFFull, 0x7FF0000000000000ull)
+}
+
+/* amax_bits of each block of bs elements in x[0, n) (the last may be short), one call per chunk */
+#define BLOCKS_AMAX(T, MASK)                                                                         \
+    {                                                                                                \
+        const T *h = (const T *)x;                                                                   \
+        for (int64_t b = 0, s = 0; s < n; b++, s += bs) {                                            \
+            int64_t e = n - s < bs ? n : s + bs;                                                     \
+            T m = 0;                                                                                 \
+            for (int64_t i = s; i < e; i++) {                                                        \
+                T a = h[i] & (T)(MASK);                                                              \
+                m = a > m ? a : m;                                                                   \
+            }                                                                                        \
+            out[b] = m;                                                                              \
+        }                                                                                            \
+    }
+
+ANY_INLINE void blocks_amax_bs(const char *x, int tdt, int64_t n, const int64_t bs, uint64_t *out) {
+    if (tdt <= T_BF16) BLOCKS_AMAX(uint16_t, 0x7FFFu)
+    else if (tdt == T_F32) BLOCKS_AMAX(uint32_t, 0x7FFFFFFFu)
+    else BLOCKS_AMAX(uint64_t, 0x7FFFFFFFFFFFFFFFull)
+}
+
+static void blocks_amax(const char *x, int tdt, int64_t n, int64_t bs, uint64_t *out) {
+    /* the MX and NVFP4 block sizes as constants: the compiler unrolls each block's reduction */
+    if (bs == 32) blocks_amax_bs(x, tdt, n, 32, out);
+    else if (bs == 16) blocks_amax_bs(x, tdt, n, 16, out);
+    else blocks_amax_bs(x, tdt, n, bs, out);
+}
+
+static double bits_value(uint64_t bits, int tdt) {
+    if (tdt == T_F16) return (double)half_to_float((uint16_t)bits);
+    if (tdt == T_BF16) return (double)bf16_to_float((uint16_t)bits);
+    if (tdt == T_F32) return (double)f32_from((uint32_t)bits);
+    return f64_from(bits);
+}
+
+/* shared exponent of a block from its amax (kernels.block._pow2_exponents, exact floor(log2)),
+   in float64 whatever the working type: amax converts exactly, and so does every constant. */
+static int block_exponent(double amax, const any_block *b) {
+    if (!(amax > 0.0)) return b->kmin; /* an all-zero block; NaN/inf blocks become NaN anyway */
+    int tiny = amax < 0x1p-1022;
+    uint64_t bits = f64_bits(tiny ? amax * 0x1p54 : amax);
+    int e = (int)(bits >> 52) - 1023 - (tiny ? 54 : 0);
+    double sig = f64_from((bits & 0x000FFFFFFFFFFFFFull) | (1023ull << 52)); /* amax / 2**e, in [1, 2) */
+    int k = e - b->elem_emax;
+    if (b->rule == R_CEIL) k += sig > b->ceil_sig;
+    else if (b->rule == R_EVEN) k += sig * sig >= 2.0;
+    k = k < b->kmin ? b->kmin : k;
+    return k > b->kmax ? b->kmax : k;
+}
+
+/* smallest value of a FloatFormat at or above q (RU, saturating), float64: _round_up_quotient */
+static double round_up_into(const any_float *fmt, double q, double smallest) {
+    float_k_f64 k = float_consts_f64(fmt);
+    int u = 0;
+    double s = float_round_f64(q, &k, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
+    return q > 0.0 ? s : smallest;
+}
+
+/* the block's scale: 2**k (pow2) or `total` (a float64 scale, for the "amax" rule) */
+static void block_scale(const any_call *c, double amax, int bad, double tscale, int *pow2, int *k,
+                        double *total) {
+    const any_block *b = &c->b;
+    if (b->rule != R_AMAX) {
+        *pow2 = 1;
+        *k = block_exponent(amax, b);
+        return;
+    }
+    double den = b->tensor_scale ? b->elem_max * tscale : b->elem_max;
+    double sb = round_up_into(&b->scale_fmt, (bad ? 0.0 : amax) / den, b->scale_min);
+    if (b->pow2) { /* a power-of-two scale format: sb = 2**k exactly */
+        *pow2 = 1;
+        *k = (int)((f64_bits(sb) >> 52) & 0x7FF) - 1023;
+        return;
+    }
+    *pow2 = 0;
+    *total = b->tensor_scale ? sb * tscale : sb;
+}
+
+typedef struct {
+    const any_call *c;
+    const char *x;
+    char *y;
+    int64_t rows, len, nblocks, bs, blocks;
+    uint64_t base;
+    double tscale;
+    /* one long block at a time (few blocks): its range, scale, and what each part found */
+    int64_t cur_off, cur_n;
+    uint64_t cur_idx;
+    int cur_bad, cur_use_inv, finite_only;
+    double cur_sc, cur_iv;
+    uint64_t bits[POOL_MAX][8];
+    int64_t und[POOL_MAX][8];
+} block_job;
+
+/* a block's scale as float64 values: sc (2**k, or the "amax" rule's scale) and, for powers of
+   two whose reciprocal the working type holds (normal or subnormal), iv = 2**-k (exact); for other
+   scales iv = fl(1 / sc) (for BK_RCP); else iv = 0 */
+ANY_INLINE void block_values(const block_job *j, uint64_t bits, int *bad, double *sc, double *iv) {
+    const any_call *c = j->c;
+    *bad = bits >= any_inf_bits[c->tdt];
+    int pow2 = 0, k = 0;
+    double total = 1.0;
+    block_scale(c, bits_value(bits, c->tdt), *bad, j->tscale, &pow2, &k, &total);
+    int qmin = c->wdt ? -1074 : -149, emax = c->wdt ? 1023 : 127;
+    /* 2**k from the exponent bits: k is within float64's normal range for every scale format */
+    *sc = pow2 ? f64_from((uint64_t)(k + 1023) << 52) : total;
+    *iv = (pow2 && -k >= qmin && -k <= emax) ? f64_from((uint64_t)(1023 - k) << 52) : 0.0;
+    *iv = pow2 ? *iv : 1.0 / total;
+}
+
+/* block_values for the nb blocks of a chunk, in loops over the blocks (which vectorise) */
+static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, double *sc, double *iv, int *bad) {
+    const any_call *c = j->c;
+    const any_block *b = &c->b;
+    const int tdt = c->tdt;
+    const uint64_t inf = any_inf_bits[tdt];
+    double amax[BLOCK_CHUNK];
+    int64_t k[BLOCK_CHUNK];
+    if (tdt == T_F32) for (int64_t i = 0; i < nb; i++) amax[i] = (double)f32_from((uint32_t)bits[i]);
+    else if (tdt == T_F64) for (int64_t i = 0; i < nb; i++) amax[i] = f64_from(bits[i]);
+    else if (tdt == T_F16) for (int64_t i = 0; i < nb; i++) amax[i] = (double)half_to_float((uint16_t)bits[i]);
+    else for (int64_t i = 0; i < nb; i++) amax[i] = (double)bf16_to_float((uint16_t)bits[i]);
+    for (int64_t i = 0; i < nb; i++) bad[i] = bits[i] >= inf;
+    if (b->rule != R_AMAX) { /* block_exponent, branch-free */
+        const double ceil_sig = b->ceil_sig;
+        const int64_t kmin = b->kmin, kmax = b->kmax, emax_e = b->elem_emax;
+        const int64_t ceil = b->rule == R_CEIL, even = b->rule == R_EVEN;
+        for (int64_t i = 0; i < nb; i++) {
+            double a = amax[i];
+            int64_t tiny = a < 0x1p-1022;
+            uint64_t ab = f64_bits(tiny ? a * 0x1p54 : a);
+            int64_t e = (int64_t)((ab >> 52) & 0x7FF) - 1023 - (tiny ? 54 : 0);
+            double sig = f64_from((ab & 0x000FFFFFFFFFFFFFull) | (1023ull << 52));
+            int64_t kk = e - emax_e + (ceil & (sig > ceil_sig)) + (even & (sig * sig >= 2.0));
+            kk = kk < kmin ? kmin : kk;
+            kk = kk > kmax ? kmax : kk;
+            k[i] = a > 0.0 ? kk : kmin;
+        }
+    } else { /* round_up_into, branch-free */
+        const float_k_f64 fk = float_consts_f64(&b->scale_fmt);
+        const double den = b->tensor_scale ? b->elem_max * j->tscale : b->elem_max;
+        const double smin = b->scale_min, tmul = b->tensor_scale ? j->tscale : 1.0;
+        double q[BLOCK_CHUNK];
+        /* fl(amax / den) from the reciprocal where rcp_div's conditions hold (amax of float32 or
+           narrower inputs, den of at most 48 significant bits within 2**+-300), else divided */
+        if (b->rcp && (f64_bits(den) & 0x1Full) == 0 && den >= 0x1p-300 && den <= 0x1p300) {
+            const double iden = 1.0 / den;
+            for (int64_t i = 0; i < nb; i++) q[i] = rcp_div_f64(bad[i] ? 0.0 : amax[i], den, iden);
+        } else {
+            for (int64_t i = 0; i < nb; i++) q[i] = (bad[i] ? 0.0 : amax[i]) / den;
+        }
+        for (int64_t i = 0; i < nb; i++) {
+            int u = 0;
+            double s = float_round_f64(q[i], &fk, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
+            s = q[i] > 0.0 ? s : smin;
+            sc[i] = s * tmul; /* exact: Block's width rule (docs/block.md) */
+            k[i] = (int64_t)((f64_bits(s) >> 52) & 0x7FF) - 1023;
+        }
+        if (!b->pow2) { /* fl(1 / s) for BK_RCP; the threshold path (float32) does without */
+            if (!(b->nthr > 0 && tdt == T_F32 && j->bs % BLOCK_G == 0)) /* see chunk() */
+                for (int64_t i = 0; i < nb; i++) iv[i] = 1.0 / sc[i];
+            return;
+        }
+    }
+    const int64_t qmin = c->wdt ? -1074 : -149, emax = c->wdt ? 1023 : 127;
+    for (int64_t i = 0; i < nb; i++) {
+        sc[i] = f64_from((uint64_t)(k[i] + 1023) << 52);
+        iv[i] = (-k[i] >= qmin && -k[i] <= emax) ? f64_from((uint64_t)(1023 - k[i]) << 52) : 0.0;
+    }
+}
+
+/* Results that came out infinite in the dtype from finite inputs (x near the dtype's max, a scale
+   rounded up): the reference then saturates within the dtype (kernels.block._saturate_to_dtype),
+   which this library leaves to it. Counted on the bits; y may be x (in place), so the caller keeps
+   x elsewhere when this can happen. */
+static int64_t count_overflow(const char *x, const char *y, int tdt, int64_t n) {
+    const uint64_t mask = any_abs_mask[tdt], inf = any_inf_bits[tdt];
+    int64_t k = 0;
+    if (tdt <= T_BF16) {
+        const uint16_t *a = (const uint16_t *)x, *b = (const uint16_t *)y;
+        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
+    } else if (tdt == T_F32) {
+        const uint32_t *a = (const uint32_t *)x, *b = (const uint32_t *)y;
+        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
+    } else {
+        const uint64_t *a = (const uint64_t *)x, *b = (const uint64_t *)y;
+        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
+    }
+    return k;
+}
+
+static const double any_dtype_max[4] = {65504.0, 0x1.FEp127, 0x1.FFFFFEp127, 0x1.FFFFFFFFFFFFFp1023};
+
+/* Whether no result of the chunk can pass the dtype's max: every element value (saturated, so at
+   most the element's largest magnitude) times its block's scale stays at or below it, exactly in
+   float64 (Block's width rule). Blocks holding NaN/inf give NaN, not inf. Then count_overflow
+   would find nothing, and the pass over the chunk is skipped. */
+static int below_dtype_max(const any_call *c, int64_t n, int64_t bs, const double *sc, const int *bad) {
+    const any_block *b = &c->b;
+    double top = 0.0;
+    for (int64_t i = 0, nb = (n + bs - 1) / bs; i < nb; i++) top = (!bad[i] && sc[i] > top) ? sc[i] : top;
+    double emag = b->elem_max;
+    if (b->elem_family == F_UNIFORM) {
+        double lo = fabs(b->eu.code_min * b->eu.step), hi = fabs(b->eu.code_max * b->eu.step);
+        emag = lo > hi ? lo : hi;
+    }
+    return emag * top <= any_dtype_max[c->tdt];
+}
+
+/* how the element loop forms x / scale (BK_*, loops.c); use_inv: every power-of-two scale of the
+   chunk has its exact reciprocal */
+static int block_kind(const any_call *c, int use_inv) {
+    if (c->b.pow2) return use_inv ? (c->b.fix_tiny ? BK_INV_FIX : BK_INV) : BK_DIV;
+    return c->b.rcp && c->wdt ? BK_RCP : BK_DIV;
+}
+
+/* The threshold path: float32 in and out, an element with at most 8 magnitudes, a mode whose
+ * rounding of |q| is the same for both signs (cparams._thresholds). For a block of scale S the
+ * element index of |x| / S is the number of decision points t_i with |x| beyond t_i * S (at or
+ * beyond where ties go up), compared exactly: t_i * S is exact in float64 (Block's width rule), and
+ * for float32 |x| and a real T, |x| >= T iff |x| >= RU32(T), |x| > T iff |x| >= the next float32
+ * above T. The value is the float32 rounding of grid[index] * S (as the reference's float64 product
+ * converts to float32), with x's sign (plus 0 or -0, as the element keeps -0 or not); blocks holding
+ * NaN/inf get NaN. The reference rounds fl(x / S), which its exactness argument (kernels.block) puts
+ * on the same side of every t_i as the exact quotient: the same element, so the same bits. Blocks
+ * hold whole groups of BLOCK_G (or the chunk is one block); a short last group is padded. The seven
+ * comparisons are written out (missing ones compare with +inf): a loop over them around the lane
+ * loop makes GCC unroll the lanes into scalar code. */
+#define THR_MAX 7
+static void thresh_chunk(const any_call *c, const float *x, float *y, int64_t n, int64_t bs, const double *sc,
+                         const int *bad) {
+    enum { NB = BLOCK_CHUNK / BLOCK_G };
+    const any_block *B = &c->b;
+    const int K = B->nthr;
+    const int64_t nb = (n + bs - 1) / bs;
+    float val[THR_MAX + 1][NB], thr[THR_MAX][NB];
+    for (int i = 0; i <= THR_MAX; i++) {
+        const double g = B->grid[i <= K ? i : K];
+        for (int64_t b = 0; b < nb; b++) val[i][b] = bad[b] ? NAN : (float)(g * sc[b]);
+    }
+    for (int i = 0; i < THR_MAX; i++) {
+        const double t = i < K ? B->thr[i] : INFINITY;
+        const uint32_t strict = !((B->thr_incl >> i) & 1);
+        for (int64_t b = 0; b < nb; b++) {
+            const double T = t * sc[b];
+            const float f = (float)T; /* T > 0: f is 0, positive, or inf */
+            const double fd = (double)f;
+            /* RU32(T) (ties up), or the next float32 above T: one up from f where f falls short */
+            const uint32_t up = (uint32_t)(fd < T) | (strict & (uint32_t)(fd == T));
+            thr[i][b] = f32_from(f32_bits(f) + up);
+        }
+    }
+    const float zadd = B->ef.negative_zero ? -0.0f : 0.0f;
+    const int64_t gpb = n <= bs ? NB + 1 : bs / BLOCK_G;
+    for (int64_t i = 0, b = 0, left = gpb; i < n; i += BLOCK_G) {
+        const int64_t m = n - i < BLOCK_G ? n - i : BLOCK_G;
+        float xv[BLOCK_G], yv[BLOCK_G];
+        if (m == BLOCK_G) memcpy(xv, x + i, sizeof xv);
+        else for (int j = 0; j < BLOCK_G; j++) xv[j] = j < m ? x[i + j] : 0.0f;
+        const float e0 = thr[0][b], e1 = thr[1][b], e2 = thr[2][b], e3 = thr[3][b], e4 = thr[4][b],
+                    e5 = thr[5][b], e6 = thr[6][b];
+        const float v0 = val[0][b], v1 = val[1][b], v2 = val[2][b], v3 = val[3][b], v4 = val[4][b],
+                    v5 = val[5][b], v6 = val[6][b], v7 = val[7][b];
+        for (int j = 0; j < BLOCK_G; j++) { /* the thresholds rise: the last one passed wins */
+            const float a = fabsf(xv[j]);
+            float v = a >= e0 ? v1 : v0;
+            v = a >= e1 ? v2 : v;
+            v = a >= e2 ? v3 : v;
+            v = a >= e3 ? v4 : v;
+            v = a >= e4 ? v5 : v;
+            v = a >= e5 ? v6 : v;
+            v = a >= e6 ? v7 : v;
+            yv[j] = copysignf(v, xv[j]) + zadd;
+        }
+        if (m == BLOCK_G) memcpy(y + i, yv, sizeof yv);
+        else for (int j = 0; j < m; j++) y[i + j] = yv[j];
+        if (--left == 0) {
+            b++;
+            left = gpb;
+        }
+    }
+}
+
+static void chunk(const block_job *j, int64_t off, int64_t n, int64_t bs, const double *sc, const double *iv,
+                  const int *bad, int use_inv, uint64_t idx0, int64_t *und) {
+    size_t ts = any_tsize[j->c->tdt];
+    const char *x = j->x + off * (int64_t)ts;
+    char *y = j->y + off * (int64_t)ts;
+    int kind = block_kind(j->c, use_inv);
+    if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs))
+        thresh_chunk(j->c, (const float *)x, (float *)y, n, bs, sc, bad);
+    else if (j->c->wdt) block_chunk_f64(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
+    else block_chunk_f32(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
+    if (j->c->b.sat_dtype && x != y && !below_dtype_max(j->c, n, bs, sc, bad))
+        *und += count_overflow(x, y, j->c->tdt, n);
+}
+
+/* one long block (more than BLOCK_CHUNK elements) of a row, scale known: chunk by chunk */
+static void long_block(const block_job *j, int64_t off, int64_t n, uint64_t idx0, int bad, double sc,
+                       double iv, int64_t *und) {
+    for (int64_t o = 0; o < n; o += BLOCK_CHUNK) {
+        int64_t m = n - o < BLOCK_CHUNK ? n - o : BLOCK_CHUNK;
+        chunk(j, off + o, m, m, &sc, &iv, &bad, iv != 0.0, idx0 + (uint64_t)o, und);
+    }
+}
+
+/* many blocks: each part takes whole blocks, a chunk of them at a time (amax, scales, elements) */
+static void blocks_task(void *ctx, int part, int parts) {
+    block_job *j = (block_job *)ctx;
+    const int tdt = j->c->tdt;
+    const size_t ts = any_tsize[tdt];
+    const int64_t bs = j->bs;
+    int64_t *und = &j->und[part][0];
+    int64_t g = j->blocks * part / parts, g1 = j->blocks * (part + 1) / parts;
+    double sc[BLOCK_CHUNK], iv[BLOCK_CHUNK];
+    int bad[BLOCK_CHUNK];
+    while (g < g1) {
+        int64_t row = g / j->nblocks, blk = g % j->nblocks, start = blk * bs;
+        int64_t off = row * j->len + start;
+        uint64_t idx0 = (uint64_t)(row * j->nblocks * bs + start); /* padded row-major index */
+        if (bs > BLOCK_CHUNK) {
+            int64_t n = j->len - start < bs ? j->len - start : bs;
+            int b;
+            double s, v;
+            block_values(j, amax_bits(j->x + off * (int64_t)ts, tdt, n, 0), &b, &s, &v);
+            long_block(j, off, n, idx0, b, s, v, und);
+            g++;
+            continue;
+        }
+        int64_t nb = BLOCK_CHUNK / bs;
+        nb = nb < j->nblocks - blk ? nb : j->nblocks - blk;
+        nb = nb < g1 - g ? nb : g1 - g;
+        int64_t n = nb * bs < j->len - start ? nb * bs : j->len - start;
+        int use_inv = 1;
+        uint64_t bits[BLOCK_CHUNK];
+        blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
+        blocks_scales(j, bits, nb, sc, iv, bad);
+        if (j->c->b.pow2)
+            for (int64_t b = 0; b < nb; b++) use_inv &= iv[b] != 0.0;
+        chunk(j, off, n, bs, sc, iv, bad, use_inv, idx0, und);
+        g += nb;
+    }
+}
+
+/* a range of a large extent [cur_off, cur_off + cur_n): its amax bits, or its elements */
+static void amax_task(void *ctx, int part, int parts) {
+    block_job *j = (block_job *)ctx;
+    int64_t b, e;
+    pool_range(j->cur_n, part, parts, &b, &e);
+    size_t ts = any_tsize[j->c->tdt];
+    j->bits[part][0] = e > b ? amax_bits(j->x + (j->cur_off + b) * (int64_t)ts, j->c->tdt, e - b, j->finite_only) : 0;
+}
+
+static void elements_task(void *ctx, int part, int parts) {
+    block_job *j = (block_job *)ctx;
+    int64_t b, e;
+    pool_range(j->cur_n, part, parts, &b, &e);
+    if (e > b)
+        long_block(j, j->cur_off + b, e - b, j->cur_idx + (uint64_t)b, j->cur_bad, j->cur_sc, j->cur_iv,
+                   &j->und[part][0]);
+}
+
+static uint64_t parallel_amax(block_job *j, int64_t off, int64_t n, int finite_only, int parts) {
+    j->cur_off = off;
+    j->cur_n = n;
+    j->finite_only = finite_only;
+    pool_run(amax_task, j, parts);
+    uint64_t m = 0;
+    for (int p = 0; p < parts; p++) m = j->bits[p][0] > m ? j->bits[p][0] : m;
+    return m;
+}
+
+/* Round a block format: rows of `len` elements (the blocked axis, contiguous), blocks of
+ * c->b.block_size along each row, the last one short (its padding is never read). */
+int64_t anynum_round_blocks(const void *x, void *y, int64_t rows, int64_t len, const any_call *c,
+                            uint64_t base, int32_t threads) {
+    if (c->mode < 0 || c->mode >= M_COUNT || c->wdt < 0 || c->wdt > 1 || c->tdt < 0 || c->tdt > 3) return -1;
+    if (c->b.elem_family != F_FLOAT && c->b.elem_family != F_UNIFORM) return -1;
+    if (c->wdt == 0 && (c->b.rule == R_AMAX && !c->b.pow2)) return -1; /* float64 only */
+    if (rows <= 0 || len <= 0) return 0;
+    block_job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.x = (const char *)x;
+    j.y = (char *)y;
+    j.rows = rows;
+    j.len = len;
+    j.bs = c->b.block_size > 0 ? c->b.block_size : len;
+    j.nblocks = (len + j.bs - 1) / j.bs;
+    j.blocks = rows * j.nblocks;
+    j.base = base;
+    j.tscale = 1.0;
+    int64_t total = rows * len;
+    int parts = pool_parts(total, c->grain, threads);
+    if (c->b.tensor_scale) { /* NVFP4: the per-tensor scale from the finite amax of everything */
+        double amax_t = bits_value(parallel_amax(&j, 0, total, 1, parts), c->tdt);
+        double ts = round_up_into(&c->b.tensor_fmt, amax_t / c->b.tensor_den, c->b.tensor_min);
+        j.tscale = amax_t > 0.0 ? ts : 1.0;
+    }
+    if (j.blocks >= parts) {
+        pool_run(blocks_task, &j, parts);
+    } else { /* few, long blocks: each one's amax, then its elements, across all parts */
+        for (int64_t g = 0; g < j.blocks; g++) {
+            int64_t row = g / j.nblocks, blk = g % j.nblocks, start = blk * j.bs;
+            int64_t n = len - start < j.bs ? len - start : j.bs;
+            uint64_t bits = parallel_amax(&j, row * len + start, n, 0, parts);
+            block_values(&j, bits, &j.cur_bad, &j.cur_sc, &j.cur_iv);
+            j.cur_idx = (uint64_t)(row * j.nblocks * j.bs + start);
+            pool_run(elements_task, &j, parts);
+        }
+    }
+    int64_t und = 0;
+    for (int p = 0; p < parts; p++) und += j.und[p][0];
+    return und;
+}
+
+/* The tensor scale NVFP4 would use for x (tests compare it with the eager kernel's). */
+double anynum_block_tensor_scale(const void *x, int64_t n, const any_call *c, int32_t threads) {
+    block_job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.x = (const char *)x;
+    double amax_t = bits_value(parallel_amax(&j, 0, n, 1, pool_parts(n, c->grain, threads)), c->tdt);
+    double ts = round_up_into(&c->b.tensor_fmt, amax_t / c->b.tensor_den, c->b.tensor_min);
+    return amax_t > 0.0 ? ts : 1.0;
+}
+
+/* The block quotients BK_RCP forms, q[i] = fl(x[i] / s[i]) from fl(1 / s[i]) (tests compare them
+   with float64 division). */
+void anynum_block_quotients(const float *x, const double *s, int64_t n, double *q) {
+    for (int64_t i = 0; i < n; i++) q[i] = rcp_div_f64((double)x[i], s[i], 1.0 / s[i]);
+}
