@@ -120,7 +120,7 @@ class Kernel:
 
 
 _registry: list[Kernel] = []
-_BY_IDENTITY: dict[tuple[object, ...], Plan] = {}  # plan_for's cache (see there)
+_BY_IDENTITY: dict[tuple[object, ...], tuple[Format, Plan]] = {}  # plan_for's cache (see there)
 
 
 def register(kernel: Kernel) -> Kernel:
@@ -209,15 +209,16 @@ def plan_for(
     """The `Plan` for rounding `dtype` tensors on `device` onto `fmt` (cached per distinct call)."""
     settings = _settings()
     # Keyed by the format's identity: hashing a format's fields costs 1-2 us, a good part of a
-    # 4k-element call. The plan holds the format, so its id cannot be reused while the key lives.
+    # 4k-element call. The entry holds the format itself (the plan may hold an equal, older
+    # one), so the id cannot be reused while the entry lives.
     key = (id(fmt), mode, overflow, rand_bits, dtype, device, random, settings)
-    plan = _BY_IDENTITY.get(key)
-    if plan is None:
+    entry = _BY_IDENTITY.get(key)
+    if entry is None or entry[0] is not fmt:
         if len(_BY_IDENTITY) >= 4096:
             _BY_IDENTITY.clear()
         call = Call(fmt, mode, overflow, rand_bits, dtype, device, random)
-        plan = _BY_IDENTITY[key] = _plan(call, settings)
-    return plan
+        entry = _BY_IDENTITY[key] = (fmt, _plan(call, settings))
+    return entry[1]
 
 
 def round_tensor(
