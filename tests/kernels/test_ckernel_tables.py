@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import anynum as an
+from anynum.errors import RepresentabilityError
 from anynum.kernels.clib import library
 from anynum.kernels.cparams import call_params
 from anynum.kernels.tablelut import neighbour_lut, result_lut
@@ -123,8 +124,10 @@ def test_some_tables_have_searched_buckets_and_these_run() -> None:
 @pytest.mark.parametrize("fmt", [TABLES[0], TABLES[1], TABLES[-3]], ids=repr)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
 def test_in_place_out_and_two_threads(fmt: an.Table, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
-    if not _representable(fmt, dtype):
-        pytest.skip(f"{fmt!r} holds values {dtype} cannot")
+    if not _representable(fmt, dtype):  # refused at the front door: no kernel ever sees it
+        with pytest.raises(RepresentabilityError):
+            an.quantize(torch.zeros(4, dtype=dtype), fmt)
+        return
     g = torch.Generator().manual_seed(4)
     x = (torch.randn(200_003, generator=g, dtype=torch.float64) * max(abs(fmt.min), fmt.max) / 2).to(dtype)
     before = torch.get_num_threads()
