@@ -41,7 +41,9 @@ __all__ = ["available", "round_pairs", "sequential_dot", "supported"]
 # the C codes of modes and overflow policies: the kernels' own (seqdot.c uses the same numbers)
 _MODES, _OVERFLOW = MODE_CODES, OVERFLOW_CODES
 
-_SOURCE = NativeSource("emulate_seqdot", (Path(__file__).with_name("seqdot.c")).read_text())
+_SOURCE = NativeSource(
+    "emulate_seqdot", (Path(__file__).with_name("seqdot.c")).read_text(), flags=("-ffp-contract=off",)
+)
 
 
 class _Params(ctypes.Structure):
