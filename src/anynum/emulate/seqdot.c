@@ -281,7 +281,7 @@ static inline double lane_round(double x, int posit, const Lanes L, uint64_t *ba
  * them all from cache); a step with any lane outside the fast rule is recomputed with the scalar
  * round_fast (which is what the lanes compute where they apply), so every output sees the same
  * roundings in the same order as the scalar loop. */
-#define RB 4 /* rows per pass over a tile of B */
+#define RB 4 /* rows per pass over a tile of B (plain_rows handles up to RB) */
 
 static inline void plain_rows(const double *A, const double *B, double *C, int64_t i0, int rows, int64_t K,
                               int64_t N, int64_t j0, int64_t jn, int posit, const Lanes L, const Params *p)
@@ -325,7 +325,12 @@ static inline void seq_tile_plain(const double *A, const double *B, double *C, i
                                   const Params *p) {
     int64_t i = row0;
     for (; i + RB <= row1; i += RB) plain_rows(A, B, C, i, RB, K, N, j0, jn, posit, L, p);
-    for (; i < row1; i++) plain_rows(A, B, C, i, 1, K, N, j0, jn, posit, L, p);
+    switch (row1 - i) { /* the last rows together, with the number of rows a constant */
+    case 3: plain_rows(A, B, C, i, 3, K, N, j0, jn, posit, L, p); break;
+    case 2: plain_rows(A, B, C, i, 2, K, N, j0, jn, posit, L, p); break;
+    case 1: plain_rows(A, B, C, i, 1, K, N, j0, jn, posit, L, p); break;
+    default: break;
+    }
 }
 
 /* The Lanes of `p`: 1 where the lanes reproduce round_fast on every binade it rounds with its bit
