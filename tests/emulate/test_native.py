@@ -156,3 +156,22 @@ def test_sequential_results_do_not_depend_on_the_thread_count():
     finally:
         torch.set_num_threads(saved)
     assert torch.equal(one, two) and torch.equal(one, three)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fmt", ["posit(16,2)", "posit(8,0)", "bf16", "fp16", "e4m3fn", "e5m2fnuz"])
+def test_add_round_equals_the_torch_pair_rounding(fmt, mode):
+    """`native.add_round(x, y)`: TwoSum and one rounding in C, the same as the torch pair rounding,
+    on sums whose exact value float64 cannot hold (a grid value plus a product of three)."""
+    from anynum.mc import two_sum
+
+    g = Grid(fmt, mode)
+    gen = torch.Generator().manual_seed(hash((fmt, mode)) % 2**31)
+    x = g.round(_spread((3000,), gen, -20, 20))
+    y = g.round(_spread((3000,), gen, -20, 20)) * g.round(_spread((3000,), gen, -8, 8)) * 2.0**-30
+    x = torch.cat([x, torch.tensor([1.0, -1.0, float("inf"), float("nan"), 0.0, -0.0], dtype=torch.float64)])
+    y = torch.cat([y, torch.tensor([2.0**-60, -(2.0**-60), 1.0, 1.0, -0.0, -0.0], dtype=torch.float64)])
+    want = g.round_pair(*two_sum(x, y), force=True)
+    got = native.add_round(x, y, g)
+    assert bool(((got == want) | (torch.isnan(got) & torch.isnan(want))).all())
+    assert torch.equal(torch.signbit(got[~torch.isnan(got)]), torch.signbit(want[~torch.isnan(want)]))

@@ -4,10 +4,12 @@
 In torch, sequential accumulation is a Python loop over the reduction axis, far too slow for
 a training step; the C loop keeps the order and the roundings (every product unless
 ``fma=True``, every partial sum), runs across the outputs of a row, and splits the outputs
-over ``torch.get_num_threads()`` threads (ctypes releases the GIL). Its rounding functions
-exist for this loop only and are held bit for bit to the torch kernels by the tests
-(`round_pairs` exports them for that); every other rounding in emulation goes through
-`anynum.quantize` and the kernel router.
+over ``torch.get_num_threads()`` threads (ctypes releases the GIL). Round to nearest even on
+a grid of at most 25 bits (posit16, bf16, fp16 ...) runs in SIMD lanes (see seqdot.c). Its
+rounding functions exist for exact sums only, this loop's and `add_round`'s (one step of it:
+an elementwise ``x + y`` rounded once, for the engine's exact + - and addcmul), and are held
+bit for bit to the torch kernels by the tests (`round_pairs` exports them for that); every
+other rounding in emulation goes through `anynum.quantize` and the kernel router.
 
 It covers signed float formats with a zero and posits with ``scale_exp=0`` and
 ``underflow="minpos"``, in the deterministic rounding modes, on CPU; everything else
@@ -36,7 +38,7 @@ from anynum.kernels.nativelib import NativeSource, load
 from anynum.ops.core import odd_rounding_applies
 from anynum.rounding import Rounding
 
-__all__ = ["available", "round_pairs", "sequential_dot", "supported"]
+__all__ = ["add_round", "available", "round_pairs", "sequential_dot", "supported"]
 
 # the C codes of modes and overflow policies: the kernels' own (seqdot.c uses the same numbers)
 _MODES, _OVERFLOW = MODE_CODES, OVERFLOW_CODES
@@ -81,6 +83,8 @@ def _library() -> Any:
     lib.anynum_emu_round.restype = None
     lib.anynum_seq_dot.argtypes = [d, d, d, i64, i64, i64, i64, i64, i64, i32, i32, p]
     lib.anynum_seq_dot.restype = None
+    lib.anynum_emu_add_round.argtypes = [d, d, d, i64, p]
+    lib.anynum_emu_add_round.restype = None
     return lib
 
 
@@ -192,6 +196,25 @@ def round_pairs(y: torch.Tensor, e: torch.Tensor | None, grid: Any) -> torch.Ten
     _library().anynum_emu_round(
         y.data_ptr(), None if e is None else e.data_ptr(), out.data_ptr(), y.numel(), ctypes.byref(c.params)
     )
+    return out
+
+
+def add_round(x: torch.Tensor, y: torch.Tensor, grid: Any) -> torch.Tensor | None:
+    """``x + y`` (float64, CPU, broadcast) rounded once onto `grid`, exactly (the TwoSum error term
+    decides what float64 drops), or None where the C kernel does not apply.
+
+    The same rounding as ``grid.round_pair(*two_sum(x, y), force=True)``, in one pass.
+    """
+    c = _for_grid(grid)
+    if c is None or x.device.type != "cpu" or y.device.type != "cpu":
+        return None
+    xb, yb = torch.broadcast_tensors(x.detach().to(torch.float64), y.detach().to(torch.float64))
+    xb, yb = xb.contiguous(), yb.contiguous()
+    out = torch.empty_like(xb)
+    if out.numel():
+        _library().anynum_emu_add_round(
+            xb.data_ptr(), yb.data_ptr(), out.data_ptr(), out.numel(), ctypes.byref(c.params)
+        )
     return out
 
 

@@ -106,6 +106,8 @@ class OpPlan:
     writes: bool
     factory: bool  # no tensor arguments at all
     reason: str = ""
+    seeded: bool = False  # draws random numbers (torch.Tag.nondeterministic_seeded)
+    scalars: bool = False  # has Scalar arguments
 
 
 _PLANS: dict[object, OpPlan] = {}
@@ -152,6 +154,8 @@ def plan_for(func: torch._ops.OpOverload) -> OpPlan:
         kind = "select"
     else:
         kind = "compute"
-    plan = OpPlan(kind, name, tuple(args), any(a.write for a in args), factory, reason)
+    seeded = torch.Tag.nondeterministic_seeded in func.tags
+    scalars = any(a.kind == _SCALAR for a in args)
+    plan = OpPlan(kind, name, tuple(args), any(a.write for a in args), factory, reason, seeded, scalars)
     _PLANS[func] = plan
     return plan

@@ -207,6 +207,18 @@ void anynum_emu_round(const double *x, const double *e, double *out, int64_t n, 
     for (int64_t i = 0; i < n; i++) out[i] = round_pair(x[i], e ? e[i] : 0.0, 1, p);
 }
 
+/* out[i] = x[i] + y[i] rounded once (TwoSum's error term decides what float64 drops): the step of
+ * the loop below on its own, for the elementwise sums whose exact value float64 may not hold
+ * (a + v * b * c, and + - in directed modes), where the torch pair rounding takes a dozen passes. */
+void anynum_emu_add_round(const double *x, const double *y, double *out, int64_t n, const Params *p) {
+    for (int64_t i = 0; i < n; i++) {
+        double s = x[i] + y[i];
+        double bb = s - x[i];
+        double e = isfinite(s) ? (x[i] - (s - bb)) + (y[i] - bb) : 0.0;
+        out[i] = round_pair(s, e, 1, p);
+    }
+}
+
 /* Outputs [row0, row1) x [col0, col1) of C = A @ B, A [M, K] and B [K, N] row-major, C [M, N].
  * exact: every product is exact in float64 (no TwoProduct error term needed). Columns are
  * processed in tiles of JB so that a tile of C and the tile's rows of B stay in cache while the
