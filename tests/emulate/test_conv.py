@@ -36,11 +36,17 @@ CASES = [  # (stride, padding, dilation, output_padding, groups, kernel, input h
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize(("fmt", "fma"), [("posit(16,2)", False), ("posit(8,0)", True), ("e5m2fnuz", False)])
-def test_sparse_grad_input_equals_dense(case, fmt, fma):
+@pytest.mark.parametrize(
+    ("fmt", "accumulate", "fma"),
+    [
+        ("posit(16,2)", "posit(16,2)", False), ("posit(8,0)", "posit(8,0)", True),
+        ("e5m2fnuz", "e5m2fnuz", False), ("posit(8,0)", "quire", False),
+    ],
+)
+def test_sparse_grad_input_equals_dense(case, fmt, accumulate, fma):
     stride, padding, dilation, out_pad, groups, kernel, hw = case
     g = Grid(fmt)
-    acc = Accumulator(Accumulation.resolve(fmt, fma=fma), g)
+    acc = Accumulator(Accumulation.resolve(accumulate, fma=fma, result_format=g.fmt), g)
     assert acc.zero_terms_vanish
     gen = torch.Generator().manual_seed(hash((case, fmt)) % 2**31)
     x = _on_grid(g, (3, 2 * groups, *hw), gen)
@@ -90,6 +96,8 @@ def test_non_finite_weights_keep_their_zero_products():
         ("posit(16,2)", 4, "nearest", False),
         ("posit(16,2)", "sequential", "sr", False),     # the random stream counts the roundings
         (None, "sequential", "nearest", False),
+        ("quire", "sequential", "nearest", True),       # an exact sum
+        ("quire", "sequential", "sr", False),
     ],
 )
 def test_which_accumulations_may_skip_zero_terms(accumulate, order, rounding, vanish):
@@ -97,9 +105,10 @@ def test_which_accumulations_may_skip_zero_terms(accumulate, order, rounding, va
     assert Accumulator(Accumulation.resolve(accumulate, order), g).zero_terms_vanish is vanish
 
 
-def test_emulated_lenet_conv_backward_equals_dense(monkeypatch):
-    """A padded, strided conv stack trained one step under sequential posit accumulation: the same
-    gradients with the zero-skipping grad_input as with the dense one."""
+@pytest.mark.parametrize("accumulate", ["posit(16,2)", "quire"])
+def test_emulated_lenet_conv_backward_equals_dense(monkeypatch, accumulate):
+    """A padded, strided conv stack trained one step under sequential posit accumulation (and the
+    quire): the same gradients with the zero-skipping grad_input as with the dense one."""
     from anynum.emulate import rules
 
     def step() -> list[torch.Tensor]:
@@ -109,7 +118,7 @@ def test_emulated_lenet_conv_backward_equals_dense(monkeypatch):
             torch.nn.Tanh(), torch.nn.Conv2d(4, 2, 3),
         )
         x = torch.randn(2, 1, 11, 11)
-        with an.emulate("posit(16,2)", accumulate="posit(16,2)"):
+        with an.emulate("posit(16,2)", accumulate=accumulate):
             net(x).square().sum().backward()
         return [p.grad for p in net.parameters()]
 

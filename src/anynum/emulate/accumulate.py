@@ -149,6 +149,7 @@ class Accumulator:
     def __init__(self, spec: Accumulation, rounding_from: Grid) -> None:
         self.spec = spec
         self._exact = True
+        self._stochastic = rounding_from.stochastic
         self.grid: Grid | None = None
         if spec.kind == "format":
             assert spec.fmt is not None
@@ -160,13 +161,17 @@ class Accumulator:
 
     @functools.cached_property
     def zero_terms_vanish(self) -> bool:
-        """Whether a sequential sum may leave out terms that are exact zero products.
+        """Whether a dot product may leave out terms that are exact zero products, split into
+        several dot products (same result, and no random stream to keep in step).
 
-        True for ``order="sequential"`` onto a grid in a deterministic mode (no random stream to
-        keep in step) that rounds both zeros to +0: a zero product rounds to +0 and a partial sum
-        plus +0 rounds to itself, so the terms left over give the same sum (products with a
-        non-finite factor are the caller's to exclude: 0 * inf is NaN).
+        True for the quire in a deterministic mode (an exact sum, rounded once onto a posit grid,
+        which has one zero), and for ``order="sequential"`` onto a grid in a deterministic mode
+        that rounds both zeros to +0: a zero product rounds to +0 and a partial sum plus +0
+        rounds to itself, so the terms left over give the same sum. Products with a non-finite
+        factor are the caller's to exclude (0 * inf is NaN).
         """
+        if self.spec.kind == "quire":
+            return not self._stochastic
         g = self.grid
         if self.spec.kind != "format" or self.spec.order != "sequential" or g is None or g.stochastic:
             return False

@@ -292,7 +292,7 @@ class Emulator:
                 if orig is not None:
                     return orig
                 if o.dtype in _FLOATS:
-                    return grid.round_to_kept(o, natural if o.dtype == _F64 else o.dtype)
+                    return grid.round_to_kept(o, natural if o.dtype == _F64 else o.dtype, owned=plan.fresh)
             return o
 
         if isinstance(out, (tuple, list)):

@@ -108,6 +108,7 @@ class OpPlan:
     reason: str = ""
     seeded: bool = False  # draws random numbers (torch.Tag.nondeterministic_seeded)
     scalars: bool = False  # has Scalar arguments
+    fresh: bool = False  # its results alias no argument (the schema says so): new tensors it owns
 
 
 _PLANS: dict[object, OpPlan] = {}
@@ -156,6 +157,8 @@ def plan_for(func: torch._ops.OpOverload) -> OpPlan:
         kind = "compute"
     seeded = torch.Tag.nondeterministic_seeded in func.tags
     scalars = any(a.kind == _SCALAR for a in args)
-    plan = OpPlan(kind, name, tuple(args), any(a.write for a in args), factory, reason, seeded, scalars)
+    fresh = all(r.alias_info is None for r in schema.returns)
+    writes = any(a.write for a in args)
+    plan = OpPlan(kind, name, tuple(args), writes, factory, reason, seeded, scalars, fresh)
     _PLANS[func] = plan
     return plan
