@@ -168,6 +168,8 @@ def _for_grid(grid: Any) -> _Compiled | None:
 
 
 _POOL: list[ThreadPoolExecutor] = []
+#: Products below this many multiply-adds run on the calling thread (a pool hand-off costs more).
+_SPLIT_MACS = 1 << 16
 
 
 def _parallel(jobs: list[Callable[[], None]]) -> None:
@@ -230,28 +232,34 @@ def sequential_dot(
     if c is None or a.device.type != "cpu" or b.device.type != "cpu":
         return None
     lib = _library()
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch = a.shape[:-2]
+    if b.shape[:-2] != batch:
+        batch = torch.broadcast_shapes(batch, b.shape[:-2])
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    a3 = a.expand(*batch, m, k).reshape(-1, m, k).to(torch.float64).contiguous()
-    b3 = b.expand(*batch, k, n).reshape(-1, k, n).to(torch.float64).contiguous()
+    if a.shape[:-2] != batch:
+        a = a.expand(*batch, m, k)
+    if b.shape[:-2] != batch:
+        b = b.expand(*batch, k, n)
+    a3 = a.reshape(-1, m, k).to(torch.float64).contiguous()
+    b3 = b.reshape(-1, k, n).to(torch.float64).contiguous()
     out = torch.empty(a3.shape[0], m, n, dtype=torch.float64)
-    threads = max(1, torch.get_num_threads())
-    params = ctypes.byref(c.params)
-    jobs: list[Callable[[], None]] = []
-    # split the outputs (any split keeps each output's order along k): by columns when there
-    # are enough of them, else by rows
+    # split the outputs over threads where there is work enough (any split keeps each output's
+    # order along k, so the results do not depend on it): by columns when there are enough of
+    # them, else by rows
+    threads = max(1, torch.get_num_threads()) if m * k * n >= _SPLIT_MACS else 1
     by_cols = n >= 256 * threads
     parts = threads if by_cols else min(threads, m)
-    step = math.ceil((n if by_cols else m) / max(parts, 1))
+    step = max(1, math.ceil((n if by_cols else m) / max(parts, 1)))
+    params = ctypes.byref(c.params)
+    fma_i, exact_i = int(fma), int(exact)
+    pa0, pb0, pc0 = a3.data_ptr(), b3.data_ptr(), out.data_ptr()
+    jobs: list[Callable[[], None]] = []
     for i in range(a3.shape[0]):
-        pa, pb, pc = a3[i].data_ptr(), b3[i].data_ptr(), out[i].data_ptr()
-        for lo in range(0, n if by_cols else m, max(step, 1)):
+        pa, pb, pc = pa0 + 8 * i * m * k, pb0 + 8 * i * k * n, pc0 + 8 * i * m * n
+        for lo in range(0, n if by_cols else m, step):
             hi = min(n if by_cols else m, lo + step)
             r0, r1, c0, c1 = (0, m, lo, hi) if by_cols else (lo, hi, 0, n)
-            jobs.append(
-                functools.partial(
-                    lib.anynum_seq_dot, pa, pb, pc, r0, r1, k, n, c0, c1, int(fma), int(exact), params
-                )
-            )
+            rows_cols = (r0, r1, k, n, c0, c1)
+            jobs.append(functools.partial(lib.anynum_seq_dot, pa, pb, pc, *rows_cols, fma_i, exact_i, params))
     _parallel(jobs)
     return out.reshape(*batch, m, n)
