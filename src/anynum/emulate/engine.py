@@ -174,7 +174,9 @@ class Emulator:
                 res = rule(self, func, args, kwargs)
                 if res is not NotImplemented:
                     return res
-        if kind == "compute" and not plan.seeded:
+        if kind == "compute" and not plan.seeded and not self.grid.stochastic:
+            # one pass rounds and widens the inputs (stochastic modes keep `_round_args`' order of
+            # roundings, written arguments last, which fixes their random stream)
             return self._compute(func, plan, args, kwargs, rounded=False)
         args, kwargs = self._round_args(plan, args, kwargs)
         if plan.seeded:
@@ -232,8 +234,8 @@ class Emulator:
     def _compute(
         self, func: torch._ops.OpOverload, plan: OpPlan, args: tuple, kwargs: dict, rounded: bool = True
     ) -> Any:
-        """The generic rule; `rounded=False`: the inputs are rounded here, in the same order as
-        `_round_args` would (one pass over the arguments instead of two)."""
+        """The generic rule; `rounded=False`: the inputs are rounded here (one pass over the
+        arguments instead of two; deterministic modes, where the order of roundings is free)."""
         grid = self.grid
         written: list[tuple[torch.Tensor, torch.Tensor]] = []  # (float64 stand-in, caller's tensor)
         float_dtypes: list[tuple[int, torch.dtype]] = []
