@@ -75,6 +75,27 @@ def test_exact_dot_matches_fractions(m, k, n, seed):
             assert (want - Fraction(float(y[i, j]))) * Fraction(float(e[i, j])) >= 0
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_dot_of_few_bits_in_one_slice(seed):
+    """Operands of a short grid (posit8: the one-matmul path) and lines that hold a tiny value
+    beside values near 1 (which one slice cannot hold: the general path)."""
+    g = torch.Generator().manual_seed(seed)
+    a = an.quantize(torch.randn(4, 30, generator=g, dtype=torch.float64), "posit(8,0)")
+    b = an.quantize(torch.randn(30, 3, generator=g, dtype=torch.float64), "posit(8,0)")
+    if seed % 2:
+        a[1, 3], b[3, 2] = 2.0**-900, 2.0**800  # 2**-100 next to products near 1
+    y, e = exact_dot(a, b)
+    for i in range(4):
+        for j in range(3):
+            want = sum((Fraction(float(a[i, t])) * Fraction(float(b[t, j])) for t in range(30)), Fraction(0))
+            got = _exact(y[i, j], e[i, j])
+            if seed % 2:  # the slices and exact_sum: the remainder good to 2**-100 with its exact sign
+                assert abs(got - want) <= abs(want) * Fraction(2) ** -100
+                assert (want - Fraction(float(y[i, j]))) * Fraction(float(e[i, j])) >= 0
+            else:  # one exact matmul of integers
+                assert got == want and float(e[i, j]) == 0
+
+
 def test_round_pair_directed_uses_the_error_term():
     g = Grid(an.BF16, "ru")
     one = torch.tensor([1.0], dtype=torch.float64)

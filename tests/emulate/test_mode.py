@@ -97,6 +97,36 @@ def test_add_mul_fma_round_the_exact_result(mode, fmt):
                 assert Fraction(float(got[i])) == round_exact(exact, f, mode), (i, float(got[i]), exact)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "rz", "ru", "rd", "ro"])
+@pytest.mark.parametrize("fmt", ["posit(16,2)", "bf16", "posit(8,1)"])
+@pytest.mark.parametrize("c_kernel", [True, False])
+def test_scaled_add_and_addcmul_round_the_exact_result(mode, fmt, c_kernel, monkeypatch):
+    """a + alpha * b, a - alpha * b, alpha * b - a, a + v * b * c (out of place and in place)
+    against fractions: the exact value, rounded once (one C pass, or TwoSum and the torch pair
+    rounding where the C kernel is not there)."""
+    from anynum.emulate import native
+
+    if not c_kernel:
+        monkeypatch.setattr(native, "add_round", lambda x, y, grid: None)
+    f = an.format(fmt)
+    vals = torch.tensor(f.values(), dtype=torch.float64)
+    vals = vals[(vals.abs() <= 2.0**10) & (vals.abs() >= 2.0**-10)]
+    g = torch.Generator().manual_seed(6)
+    a, b, c = (vals[torch.randint(len(vals), (150,), generator=g)].float() for _ in range(3))
+    v = float(an.quantize(torch.tensor([0.001], dtype=torch.float64), f)[0])
+    with an.emulate(f, mode):
+        outs = [
+            torch.add(a, b, alpha=v), torch.sub(a, b, alpha=v), torch.rsub(a, b, alpha=v),
+            torch.addcmul(a, b, c, value=v), a.clone().addcmul_(b, c, value=-v), a.clone().add_(b, alpha=-v),
+        ]
+    fv = Fraction(v)
+    for i in range(150):
+        fa, fb, fc = Fraction(float(a[i])), Fraction(float(b[i])), Fraction(float(c[i]))
+        exact = [fa + fv * fb, fa - fv * fb, fb - fv * fa, fa + fv * fb * fc, fa - fv * fb * fc, fa - fv * fb]
+        for got, want in zip(outs, exact):
+            assert Fraction(float(got[i])) == round_exact(want, f, mode), (i, float(got[i]), want)
+
+
 def test_directed_sum_needing_more_than_53_bits():
     one = torch.tensor([1.0], dtype=torch.float64)
     tiny = torch.tensor([2.0**-100], dtype=torch.float64)

@@ -33,6 +33,7 @@ Every function takes and returns float64 tensors; callers cast.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -148,6 +149,7 @@ class Accumulator:
     def __init__(self, spec: Accumulation, rounding_from: Grid) -> None:
         self.spec = spec
         self._exact = True
+        self._stochastic = rounding_from.stochastic
         self.grid: Grid | None = None
         if spec.kind == "format":
             assert spec.fmt is not None
@@ -156,6 +158,25 @@ class Accumulator:
 
     def __repr__(self) -> str:
         return f"Accumulator({self.spec})"
+
+    @functools.cached_property
+    def zero_terms_vanish(self) -> bool:
+        """Whether a dot product may leave out terms that are exact zero products, split into
+        several dot products (same result, and no random stream to keep in step).
+
+        True for the quire in a deterministic mode (an exact sum, rounded once onto a posit grid,
+        which has one zero), and for ``order="sequential"`` onto a grid in a deterministic mode
+        that rounds both zeros to +0: a zero product rounds to +0 and a partial sum plus +0
+        rounds to itself, so the terms left over give the same sum. Products with a non-finite
+        factor are the caller's to exclude (0 * inf is NaN).
+        """
+        if self.spec.kind == "quire":
+            return not self._stochastic
+        g = self.grid
+        if self.spec.kind != "format" or self.spec.order != "sequential" or g is None or g.stochastic:
+            return False
+        z = g.round(torch.tensor([0.0, -0.0], dtype=_F64))
+        return bool((z == 0).all()) and not bool(torch.signbit(z).any())
 
     # --- dot products --------------------------------------------------------------------------
     def dot(
@@ -417,7 +438,9 @@ def _affine(
     if alpha == 1.0 and beta == 1.0 and bias is not None:
         # y (a value of the accumulator's grid, or the quire's pair) plus a bias: TwoSum, then e
         yb, eb = two_sum(*torch.broadcast_tensors(y, bias.to(_F64)))
-        return add_tail(yb, eb, e)
+        # a zero e (sequential and blocked sums end on the grid) leaves the pair as it is: add_tail
+        # would give (yb, eb + 0), the same pair up to the sign of a zero error, which no rounding reads
+        return add_tail(yb, eb, e) if bool(e.any()) else (yb, eb)
     al = torch.full_like(y, float(alpha))
     p1, q1 = two_prod(al, y)
     terms = [p1, q1, al * e]

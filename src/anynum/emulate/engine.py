@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from anynum.emulate import native
 from anynum.emulate.accumulate import Accumulation, Accumulator
 from anynum.emulate.exact import add_tail, exact_sum
 from anynum.emulate.grid import Grid, check_float_container, elementwise_format
@@ -84,8 +85,9 @@ class Emulator:
         self.special = self.spec.kind != "float64" or self.block is not None
         self.fma = fma
         self.inplace = False  # set per call for the exact + - x rules
-        self.include: set[str] | None = None
-        self.exclude: set[str] = set()
+        self._include: set[str] | None = None
+        self._exclude: set[str] = set()
+        self._selected: dict[torch._ops.OpOverload, bool] = {}
 
     def __repr__(self) -> str:
         return f"Emulator({self.fmt.display_name()}, {self.grid.mode.name}, {self.spec})"
@@ -104,12 +106,37 @@ class Emulator:
             self.acc.grid.load_state_dict(state["accumulator"])
 
     # --- dispatch ---------------------------------------------------------------------------
+    @property
+    def include(self) -> set[str] | None:
+        """Op names to emulate only (None: every op); see `an.emulate(include=)`."""
+        return self._include
+
+    @include.setter
+    def include(self, names: set[str] | None) -> None:
+        self._include = names
+        self._selected.clear()
+
+    @property
+    def exclude(self) -> set[str]:
+        """Op names left in the tensors' own precision; see `an.emulate(exclude=)`."""
+        return self._exclude
+
+    @exclude.setter
+    def exclude(self, names: set[str]) -> None:
+        self._exclude = names
+        self._selected.clear()
+
     def selected(self, func: torch._ops.OpOverload) -> bool:
-        """Whether `func` is emulated under the include/exclude filters."""
-        name = func.overloadpacket.__name__
-        if name in self.exclude or str(func) in self.exclude:
-            return False
-        return self.include is None or name in self.include or str(func) in self.include
+        """Whether `func` is emulated under the include/exclude filters (decided once per op)."""
+        sel = self._selected.get(func)
+        if sel is None:
+            name, full = func.overloadpacket.__name__, str(func)
+            if name in self._exclude or full in self._exclude:
+                sel = False
+            else:
+                sel = self._include is None or name in self._include or full in self._include
+            self._selected[func] = sel
+        return sel
 
     def dispatch(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         """Run one op call under emulation (the caller has disabled dispatch modes)."""
@@ -147,8 +174,12 @@ class Emulator:
                 res = rule(self, func, args, kwargs)
                 if res is not NotImplemented:
                     return res
+        if kind == "compute" and not plan.seeded and not self.grid.stochastic:
+            # one pass rounds and widens the inputs (stochastic modes keep `_round_args`' order of
+            # roundings, written arguments last, which fixes their random stream)
+            return self._compute(func, plan, args, kwargs, rounded=False)
         args, kwargs = self._round_args(plan, args, kwargs)
-        if torch.Tag.nondeterministic_seeded in func.tags:
+        if plan.seeded:
             # random draws run in the tensors' own dtype, so a seed gives the same numbers with or
             # without emulation; the draws are then rounded (in place where the op writes)
             out = func(*args, **kwargs)
@@ -190,12 +221,7 @@ class Emulator:
             else:
                 continue
             if info.kind == "scalar":
-                if (
-                    scalars
-                    and info.name != "exponent"
-                    and isinstance(value, (int, float))
-                    and not isinstance(value, bool)
-                ):
+                if scalars and _is_value_scalar(info, value):
                     store[key] = grid.round_scalar(float(value))  # type: ignore[index]
             elif info.write:
                 continue
@@ -205,12 +231,18 @@ class Emulator:
                 store[key] = [grid.round_input(v) if _is_float(v) else v for v in value]  # type: ignore[index]
         return tuple(new_args), new_kwargs
 
-    def _compute(self, func: torch._ops.OpOverload, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
+    def _compute(
+        self, func: torch._ops.OpOverload, plan: OpPlan, args: tuple, kwargs: dict, rounded: bool = True
+    ) -> Any:
+        """The generic rule; `rounded=False`: the inputs are rounded here (one pass over the
+        arguments instead of two; deterministic modes, where the order of roundings is free)."""
         grid = self.grid
         written: list[tuple[torch.Tensor, torch.Tensor]] = []  # (float64 stand-in, caller's tensor)
         float_dtypes: list[tuple[int, torch.dtype]] = []
         new_args = list(args)
         new_kwargs = dict(kwargs)
+        # Scalars are values of the computation only next to floating tensors (not in int ops)
+        scalars = not rounded and plan.scalars and any(_is_float(t) for t in _tensors(args, kwargs))
 
         def widen(v: Any, write: bool) -> Any:
             if not _is_float(v):
@@ -220,7 +252,9 @@ class Emulator:
                 w = grid.round_input(v).to(_F64, copy=True)
                 written.append((w, v))
                 return w
-            return grid.wide(v)
+            if rounded or grid.is_marked(v):
+                return grid.wide(v)
+            return grid.wide_rounded(v)
 
         for info in plan.args:
             if info.position is not None and info.position < len(args):
@@ -237,6 +271,8 @@ class Emulator:
                 # every floating dtype the op is told (dtype=, the backward ops' input_dtype)
                 # becomes the working dtype: CUDA kernels refuse a mismatch that CPU ones accept
                 store[key] = _F64  # type: ignore[index]
+            elif scalars and info.kind == "scalar" and _is_value_scalar(info, value):
+                store[key] = grid.round_scalar(float(value))  # type: ignore[index]
         natural = _natural_dtype(float_dtypes, kwargs)
         pair = _PAIR_RULES.get(plan.name) if float_dtypes else None
         out = NotImplemented
@@ -252,8 +288,7 @@ class Emulator:
                 out = func(*ints, **new_kwargs)
         stand_ins = {id(w): v for w, v in written}
         for w, v in written:
-            v.copy_(grid.round_to(w, v.dtype))
-            grid.mark(v, written=True)
+            grid.write_kept(v, grid.round(w))
 
         def finish(o: Any) -> Any:
             if isinstance(o, torch.Tensor):
@@ -261,12 +296,18 @@ class Emulator:
                 if orig is not None:
                     return orig
                 if o.dtype in _FLOATS:
-                    return grid.round_to_kept(o, natural if o.dtype == _F64 else o.dtype)
+                    return grid.round_to_kept(o, natural if o.dtype == _F64 else o.dtype, owned=plan.fresh)
             return o
 
         if isinstance(out, (tuple, list)):
             return type(out)(finish(o) if not isinstance(o, list) else [finish(x) for x in o] for o in out)
         return finish(out)
+
+
+def _is_value_scalar(info: Any, value: Any) -> bool:
+    """Whether a Scalar argument is a value of the computation, rounded onto the grid (not pow's
+    exponent, not a bool)."""
+    return info.name != "exponent" and isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _natural_dtype(float_dtypes: list[tuple[int, torch.dtype]], kwargs: dict) -> torch.dtype:
@@ -365,6 +406,16 @@ def _sum_pairs(*pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor,
     return exact_sum(torch.stack(terms, dim=-1))
 
 
+def _round_sum(em: Emulator, a: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``a + q`` (float64s, each exact) rounded once: `native.add_round` in one C pass where it
+    applies, else TwoSum and `Grid.round_pair` (the same rounding)."""
+    r = native.add_round(a, q, em.grid)
+    if r is not None:
+        return r
+    y, e = two_sum(*torch.broadcast_tensors(a, q))
+    return em.grid.round_pair(y, e, force=True)
+
+
 def _add_pair(em: Emulator, args: list, kwargs: dict, *, sign: float = 1.0, reverse: bool = False) -> Any:
     alpha = float(_get(args, kwargs, 2, "alpha", 1.0))
     if alpha == 1.0 and not em.grid.needs_pair:
@@ -373,7 +424,10 @@ def _add_pair(em: Emulator, args: list, kwargs: dict, *, sign: float = 1.0, reve
     b = _as64(_get(args, kwargs, 1, "other", 0.0), a)
     if reverse:  # rsub: other - alpha * self
         a, b = b, a
-    y, e = _sum_pairs((a, torch.zeros_like(a)), _scaled(b, sign * alpha))
+    s = sign * alpha
+    if abs(s) == 1.0 or em.grid.products_exact(2):  # alpha * b exact: a sum of two floats
+        return _finish_rounded(em, args, kwargs, _round_sum(em, a, b if s == 1.0 else b * s))
+    y, e = _sum_pairs((a, torch.zeros_like(a)), _scaled(b, s))
     return _finish_pair(em, args, kwargs, y, e)
 
 
@@ -392,6 +446,9 @@ def _addcmul_pair(em: Emulator, args: list, kwargs: dict) -> Any:
     a = _as64(args[0], _first_tensor(args))
     t1, t2 = _as64(args[1], a), _as64(args[2], a)
     value = float(_get(args, kwargs, 3, "value", 1.0))
+    if em.grid.products_exact(2 if value == 1.0 else 3):  # v * b * c exact: a sum of two floats
+        q = t1 * t2 if value == 1.0 else t1 * t2 * value
+        return _finish_rounded(em, args, kwargs, _round_sum(em, a, q))
     p, pe = two_prod(*torch.broadcast_tensors(t1, t2))
     pairs = [(a, torch.zeros_like(a))]
     if value == 1.0:
@@ -411,7 +468,11 @@ def _first_tensor(args: list) -> torch.Tensor:
 
 def _finish_pair(em: Emulator, args: list, kwargs: dict, y: torch.Tensor, e: torch.Tensor) -> Any:
     """Round the exact pair once; in-place and out= forms write into their (float64) target."""
-    r = em.grid.round_pair(y, e, force=True)
+    return _finish_rounded(em, args, kwargs, em.grid.round_pair(y, e, force=True))
+
+
+def _finish_rounded(em: Emulator, args: list, kwargs: dict, r: torch.Tensor) -> Any:
+    """The rounded result `r`, written into the (float64) target of in-place and out= forms."""
     target = kwargs.get("out")
     if target is None and em.inplace:
         target = args[0]

@@ -22,6 +22,7 @@ kernel (`anynum.emulate.native`) applies the same round-to-odd step.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -31,7 +32,7 @@ from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.floating import FP32
 from anynum.formats.registry import format as lookup_format
-from anynum.kernels.route import plan_for
+from anynum.kernels.route import Plan
 from anynum.ops.core import Settings, float32_carries, round_exact
 from anynum.quantize import quantize
 from anynum.quantize.rounder import Rounder
@@ -139,6 +140,7 @@ class Grid:
         if self._det is not None and float32_carries(self.fmt):
             self._via32 = Settings("emulate", self.fmt, self.mode, self.overflow, None, None, "ignore")
         self._scalars: dict[float, float] = {}
+        self._products_exact: dict[int, bool] = {}
 
     def __repr__(self) -> str:
         return f"Grid({self.fmt.display_name()}, {self.mode.name})"
@@ -165,22 +167,26 @@ class Grid:
 
     def round(self, x: torch.Tensor) -> torch.Tensor:
         """Every element of float tensor `x` rounded once onto the grid (a new tensor, x's dtype)."""
-        if x.numel() == 0:
+        n = x.numel()
+        if n == 0:
             return x.detach().clone()
-        if self._via32 is not None and x.dtype == torch.float64 and self._detour_pays(x):
-            return self._via32.quantize(x.detach(), 0)
-        if self._det is not None:
-            return self._det(x)
+        det = self._det
+        if det is not None:
+            # what the Rounder does, with its plan looked up once here: this runs for every output
+            # of every emulated op, where the Python around a small tensor's rounding is the cost
+            dev = x.device.type
+            plan = det.plan(x.dtype, dev)
+            if self._via32 is not None and x.dtype == torch.float64 and self._detour_pays(plan, n, dev):
+                return self._via32.quantize(x.detach(), 0)
+            return plan.run(x.detach() if x.requires_grad else x, None)
         return quantize(x.detach(), self.fmt, self.mode, overflow=self.overflow, seed=self.next_seed())
 
-    def _detour_pays(self, x: torch.Tensor) -> bool:
-        """Whether the router rounds float64 `x` with its eager kernel but float32 with a faster one."""
-        n, dev = x.numel(), x.device.type
-        k64 = plan_for(self.fmt, self.mode, self.overflow, None, torch.float64, dev, None).choose(n)
-        if k64.name != "eager":
+    def _detour_pays(self, plan64: Plan, n: int, dev: str) -> bool:
+        """Whether the router rounds `n` float64s with its eager kernel but float32s with a faster one."""
+        if plan64.choose(n).name != "eager":
             return False
-        k32 = plan_for(self.fmt, self.mode, self.overflow, None, torch.float32, dev, None).choose(n)
-        return k32.name != "eager"
+        assert self._det is not None
+        return self._det.plan(torch.float32, dev).choose(n).name != "eager"
 
     def round_blocks(self, x: torch.Tensor, block: Block, axis: int) -> torch.Tensor:
         """`x` quantized onto Block format `block` with its blocks along `axis` (this grid's mode).
@@ -228,6 +234,25 @@ class Grid:
         st = Settings("emulate", self.fmt, self.mode, self.overflow, None, rng, "ignore")
         return round_exact(y.to(torch.float64), e.to(torch.float64), st).to(y.dtype)
 
+    def products_exact(self, k: int) -> bool:
+        """Whether every product of `k` values of this grid is exact in float64: at most 53
+        significant bits, and no overflow or underflow below float64's normal range.
+
+        >>> Grid("posit(16,2)").products_exact(3), Grid("fp32").products_exact(3)
+        (True, False)
+        """
+        exact = self._products_exact.get(k)
+        if exact is None:
+            tiny, big = float(self.fmt.smallest_subnormal), float(self.fmt.max)
+            exact = (
+                k * self.precision <= 53
+                and 0 < tiny <= big < math.inf
+                and k * math.log2(tiny) >= -1022
+                and k * math.log2(big) < 1023
+            )
+            self._products_exact[k] = exact
+        return exact
+
     # --- tensors known to be on the grid ----------------------------------------------------
     def mark(self, t: torch.Tensor, *, written: bool = False) -> torch.Tensor:
         """Record that `t`, as it is now, holds values of this grid (returns t).
@@ -244,20 +269,50 @@ class Grid:
         tag = getattr(t, _TAG, None)
         return tag is not None and tag == (self.key, t._version, t.data_ptr(), t.dtype)
 
-    def round_to_kept(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def round_owned(self, x: torch.Tensor) -> torch.Tensor:
+        """``round(x)`` for a tensor no one else holds (a result just computed): written into `x`
+        itself where the router can (deterministic modes).
+
+        A fresh result buffer is not free: the allocator maps new pages for a large one, and
+        their first touch costs more than the rounding (measured: about 5 ns per float64 element
+        against 2.4 for the rounding itself).
+        """
+        n = x.numel()
+        if self._det is None or n == 0 or x.requires_grad:
+            return self.round(x)
+        dev = x.device.type
+        plan = self._det.plan(x.dtype, dev)
+        if self._via32 is not None and x.dtype == torch.float64 and self._detour_pays(plan, n, dev):
+            return self._via32.quantize(x, 0)
+        return plan.run(x, None, x)
+
+    def round_to_kept(self, x: torch.Tensor, dtype: torch.dtype, *, owned: bool = False) -> torch.Tensor:
         """``round_to(x, dtype)`` for a float64 `x`, keeping the float64 rounding beside the result.
 
         The next op that reads the result widens it to float64 again; `wide` hands it this
         copy instead (while the result is unchanged), which saves a conversion per read at
-        the cost of the copy's memory while the result lives.
+        the cost of the copy's memory while the result lives. `owned`: x is a result no one else
+        holds, rounded in place (`round_owned`).
         """
         if dtype == x.dtype or x.dtype != torch.float64:
+            if owned and dtype == x.dtype:
+                return self.mark(self.round_owned(x))
             return self.mark(self.round_to(x, dtype))
         self.check_dtype(dtype)
-        r64 = self.round(x)
+        r64 = self.round_owned(x) if owned else self.round(x)
         out = self.mark(r64.to(dtype))
         setattr(out, _WIDE, (getattr(out, _TAG), r64))
         return out
+
+    def write_kept(self, t: torch.Tensor, r64: torch.Tensor) -> None:
+        """Write the float64 rounding `r64` into `t` (an in-place or out= target, any float dtype
+        that holds the grid), mark it written and keep `r64` as its float64 copy (see `wide`)."""
+        if t.dtype != r64.dtype:
+            self.check_dtype(t.dtype)
+        t.copy_(r64)
+        self.mark(t, written=True)
+        if t.dtype != r64.dtype:
+            setattr(t, _WIDE, (getattr(t, _TAG), r64))
 
     def wide(self, t: torch.Tensor) -> torch.Tensor:
         """`t` as float64: its kept float64 copy where `round_to_kept` left one and t is unchanged."""
@@ -265,6 +320,18 @@ class Grid:
         if kept is not None and kept[0] == (self.key, t._version, t.data_ptr(), t.dtype):
             return kept[1]  # type: ignore[no-any-return]
         return t.to(torch.float64)
+
+    def wide_rounded(self, t: torch.Tensor) -> torch.Tensor:
+        """``wide(round_input(t))`` for a `t` not marked on this grid: its rounding as float64.
+
+        Deterministic modes round the float64 copy (the same values: a rounding depends on the
+        value, not on the dtype holding it), which spares a narrow rounded copy; stochastic modes
+        round in t's own dtype, as `round_input` does, so the random stream is the same.
+        """
+        if self.stochastic or t.dtype == torch.float64:
+            return self.round_input(t).to(torch.float64)
+        self.check_dtype(t.dtype)
+        return self.round(t.to(torch.float64))
 
     def round_input(self, t: torch.Tensor) -> torch.Tensor:
         """`t` itself when marked on this grid, else its rounding (a new, marked tensor)."""

@@ -4,10 +4,12 @@
 In torch, sequential accumulation is a Python loop over the reduction axis, far too slow for
 a training step; the C loop keeps the order and the roundings (every product unless
 ``fma=True``, every partial sum), runs across the outputs of a row, and splits the outputs
-over ``torch.get_num_threads()`` threads (ctypes releases the GIL). Its rounding functions
-exist for this loop only and are held bit for bit to the torch kernels by the tests
-(`round_pairs` exports them for that); every other rounding in emulation goes through
-`anynum.quantize` and the kernel router.
+over ``torch.get_num_threads()`` threads (ctypes releases the GIL). Round to nearest even on
+a grid of at most 25 bits (posit16, bf16, fp16 ...) runs in SIMD lanes (see seqdot.c). Its
+rounding functions exist for exact sums only, this loop's and `add_round`'s (one step of it:
+an elementwise ``x + y`` rounded once, for the engine's exact + - and addcmul), and are held
+bit for bit to the torch kernels by the tests (`round_pairs` exports them for that); every
+other rounding in emulation goes through `anynum.quantize` and the kernel router.
 
 It covers signed float formats with a zero and posits with ``scale_exp=0`` and
 ``underflow="minpos"``, in the deterministic rounding modes, on CPU; everything else
@@ -36,12 +38,14 @@ from anynum.kernels.nativelib import NativeSource, load
 from anynum.ops.core import odd_rounding_applies
 from anynum.rounding import Rounding
 
-__all__ = ["available", "round_pairs", "sequential_dot", "supported"]
+__all__ = ["add_round", "available", "round_pairs", "sequential_dot", "supported"]
 
 # the C codes of modes and overflow policies: the kernels' own (seqdot.c uses the same numbers)
 _MODES, _OVERFLOW = MODE_CODES, OVERFLOW_CODES
 
-_SOURCE = NativeSource("emulate_seqdot", (Path(__file__).with_name("seqdot.c")).read_text())
+_SOURCE = NativeSource(
+    "emulate_seqdot", (Path(__file__).with_name("seqdot.c")).read_text(), flags=("-ffp-contract=off",)
+)
 
 
 class _Params(ctypes.Structure):
@@ -79,6 +83,8 @@ def _library() -> Any:
     lib.anynum_emu_round.restype = None
     lib.anynum_seq_dot.argtypes = [d, d, d, i64, i64, i64, i64, i64, i64, i32, i32, p]
     lib.anynum_seq_dot.restype = None
+    lib.anynum_emu_add_round.argtypes = [d, d, d, i64, p]
+    lib.anynum_emu_add_round.restype = None
     return lib
 
 
@@ -162,6 +168,8 @@ def _for_grid(grid: Any) -> _Compiled | None:
 
 
 _POOL: list[ThreadPoolExecutor] = []
+#: Products below this many multiply-adds run on the calling thread (a pool hand-off costs more).
+_SPLIT_MACS = 1 << 16
 
 
 def _parallel(jobs: list[Callable[[], None]]) -> None:
@@ -193,6 +201,25 @@ def round_pairs(y: torch.Tensor, e: torch.Tensor | None, grid: Any) -> torch.Ten
     return out
 
 
+def add_round(x: torch.Tensor, y: torch.Tensor, grid: Any) -> torch.Tensor | None:
+    """``x + y`` (float64, CPU, broadcast) rounded once onto `grid`, exactly (the TwoSum error term
+    decides what float64 drops), or None where the C kernel does not apply.
+
+    The same rounding as ``grid.round_pair(*two_sum(x, y), force=True)``, in one pass.
+    """
+    c = _for_grid(grid)
+    if c is None or x.device.type != "cpu" or y.device.type != "cpu":
+        return None
+    xb, yb = torch.broadcast_tensors(x.detach().to(torch.float64), y.detach().to(torch.float64))
+    xb, yb = xb.contiguous(), yb.contiguous()
+    out = torch.empty_like(xb)
+    if out.numel():
+        _library().anynum_emu_add_round(
+            xb.data_ptr(), yb.data_ptr(), out.data_ptr(), out.numel(), ctypes.byref(c.params)
+        )
+    return out
+
+
 def sequential_dot(
     a: torch.Tensor, b: torch.Tensor, grid: Any, fma: bool, exact: bool
 ) -> torch.Tensor | None:
@@ -205,28 +232,34 @@ def sequential_dot(
     if c is None or a.device.type != "cpu" or b.device.type != "cpu":
         return None
     lib = _library()
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch = a.shape[:-2]
+    if b.shape[:-2] != batch:
+        batch = torch.broadcast_shapes(batch, b.shape[:-2])
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    a3 = a.expand(*batch, m, k).reshape(-1, m, k).to(torch.float64).contiguous()
-    b3 = b.expand(*batch, k, n).reshape(-1, k, n).to(torch.float64).contiguous()
+    if a.shape[:-2] != batch:
+        a = a.expand(*batch, m, k)
+    if b.shape[:-2] != batch:
+        b = b.expand(*batch, k, n)
+    a3 = a.reshape(-1, m, k).to(torch.float64).contiguous()
+    b3 = b.reshape(-1, k, n).to(torch.float64).contiguous()
     out = torch.empty(a3.shape[0], m, n, dtype=torch.float64)
-    threads = max(1, torch.get_num_threads())
-    params = ctypes.byref(c.params)
-    jobs: list[Callable[[], None]] = []
-    # split the outputs (any split keeps each output's order along k): by columns when there
-    # are enough of them, else by rows
+    # split the outputs over threads where there is work enough (any split keeps each output's
+    # order along k, so the results do not depend on it): by columns when there are enough of
+    # them, else by rows
+    threads = max(1, torch.get_num_threads()) if m * k * n >= _SPLIT_MACS else 1
     by_cols = n >= 256 * threads
     parts = threads if by_cols else min(threads, m)
-    step = math.ceil((n if by_cols else m) / max(parts, 1))
+    step = max(1, math.ceil((n if by_cols else m) / max(parts, 1)))
+    params = ctypes.byref(c.params)
+    fma_i, exact_i = int(fma), int(exact)
+    pa0, pb0, pc0 = a3.data_ptr(), b3.data_ptr(), out.data_ptr()
+    jobs: list[Callable[[], None]] = []
     for i in range(a3.shape[0]):
-        pa, pb, pc = a3[i].data_ptr(), b3[i].data_ptr(), out[i].data_ptr()
-        for lo in range(0, n if by_cols else m, max(step, 1)):
+        pa, pb, pc = pa0 + 8 * i * m * k, pb0 + 8 * i * k * n, pc0 + 8 * i * m * n
+        for lo in range(0, n if by_cols else m, step):
             hi = min(n if by_cols else m, lo + step)
             r0, r1, c0, c1 = (0, m, lo, hi) if by_cols else (lo, hi, 0, n)
-            jobs.append(
-                functools.partial(
-                    lib.anynum_seq_dot, pa, pb, pc, r0, r1, k, n, c0, c1, int(fma), int(exact), params
-                )
-            )
+            rows_cols = (r0, r1, k, n, c0, c1)
+            jobs.append(functools.partial(lib.anynum_seq_dot, pa, pb, pc, *rows_cols, fma_i, exact_i, params))
     _parallel(jobs)
     return out.reshape(*batch, m, n)

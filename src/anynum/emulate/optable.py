@@ -106,6 +106,9 @@ class OpPlan:
     writes: bool
     factory: bool  # no tensor arguments at all
     reason: str = ""
+    seeded: bool = False  # draws random numbers (torch.Tag.nondeterministic_seeded)
+    scalars: bool = False  # has Scalar arguments
+    fresh: bool = False  # its results alias no argument (the schema says so): new tensors it owns
 
 
 _PLANS: dict[object, OpPlan] = {}
@@ -154,6 +157,10 @@ def plan_for(func: torch._ops.OpOverload) -> OpPlan:
         kind = "select"
     else:
         kind = "compute"
-    plan = OpPlan(kind, name, tuple(args), any(a.write for a in args), factory, reason)
+    seeded = torch.Tag.nondeterministic_seeded in func.tags
+    scalars = any(a.kind == _SCALAR for a in args)
+    fresh = all(r.alias_info is None for r in schema.returns)
+    writes = any(a.write for a in args)
+    plan = OpPlan(kind, name, tuple(args), writes, factory, reason, seeded, scalars, fresh)
     _PLANS[func] = plan
     return plan

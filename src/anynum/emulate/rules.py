@@ -152,6 +152,12 @@ def _addbmm(em: Emulator, func: Any, args: tuple, kwargs: dict) -> Any:
     return _finish(em, y, _dtype(bias, a, b), _target(func, args, kwargs))
 
 
+def _skip_zeros(em: Emulator) -> bool:
+    """Whether convolutions may leave out their zero padding terms (`Accumulator.zero_terms_vanish`;
+    Block operands are quantized in blocks along the whole reduction axis, zeros included)."""
+    return em.block is None and em.acc.zero_terms_vanish
+
+
 def _convolution(em: Emulator, func: Any, args: tuple, kwargs: dict) -> Any:
     x, w, bias = args[0], args[1], args[2]
     if not _floats(x, w, bias):
@@ -159,7 +165,7 @@ def _convolution(em: Emulator, func: Any, args: tuple, kwargs: dict) -> Any:
     stride, padding, dilation, transposed, output_padding, groups = args[3:9]
     y = conv_forward(
         _in(em, x), _in(em, w), _in(em, bias), stride, padding, dilation,  # type: ignore[arg-type]
-        transposed, output_padding, groups, _dot(em),
+        transposed, output_padding, groups, _dot(em), skip_zeros=_skip_zeros(em),
     )
     return _finish(em, y, _dtype(x, w, bias), None)
 
@@ -176,7 +182,7 @@ def _convolution_backward(em: Emulator, func: Any, args: tuple, kwargs: dict) ->
 
     gi, gw, gb = conv_backward(
         gy64, x64, w64, stride, padding, dilation, transposed, output_padding, groups,  # type: ignore[arg-type]
-        mask, _dot(em), sum_over,
+        mask, _dot(em), sum_over, skip_zeros=_skip_zeros(em),
     )
     return tuple(
         None if r is None else _finish(em, r, like.dtype, None)
