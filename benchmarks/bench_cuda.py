@@ -14,7 +14,6 @@ events after a synchronising warm-up.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -23,11 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+from bench_emulate import make_step  # the same LeNet-5 step as the CPU benchmark
 
 import anynum as an
 from anynum import mc
-from anynum.experiments.models import LeNet5
 
 CASES: list[tuple[str, an.Format, str]] = [
     ("e4m3fn nearest", an.E4M3FN, "nearest"),
@@ -92,26 +90,10 @@ def mc_rows(n: int, reps: int) -> list[dict[str, object]]:
 
 
 def emulate_rows(reps: int) -> list[dict[str, object]]:
-    def step_for(mode: contextlib.AbstractContextManager) -> Callable[[], None]:
-        torch.manual_seed(0)
-        model = LeNet5().cuda()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
-        x = torch.rand(128, 1, 32, 32, device="cuda")
-        y = torch.randint(0, 10, (128,), device="cuda")
-
-        def step() -> None:
-            with mode:
-                opt.zero_grad(set_to_none=True)
-                F.cross_entropy(model(x), y).backward()
-                opt.step()
-
-        return step
-
-    base = cuda_ms(step_for(contextlib.nullcontext()), reps)
+    base = cuda_ms(make_step("fp32", 128, "cuda"), reps)
     rows: list[dict[str, object]] = [{"case": "LeNet-5 step fp32", "ms": base}]
-    for label, mode in (("emulate(posit16es2)", an.emulate(an.Posit(16, 2))),
-                        ("emulate(posit8es0, quire)", an.emulate(an.Posit(8, 0), accumulate="quire"))):
-        ms = cuda_ms(step_for(mode), max(3, reps // 4))
+    for label, setting in (("emulate(posit16es2)", "emulate"), ("emulate(posit8es0, quire)", "quire8")):
+        ms = cuda_ms(make_step(setting, 128, "cuda"), max(3, reps // 4))
         rows.append({"case": f"LeNet-5 step {label}", "ms": ms, "x_fp32": ms / base})
     return rows
 

@@ -40,9 +40,11 @@ P16 = an.Posit(16, 2)
 P8 = an.Posit(8, 0)
 
 
-def make_step(setting: str, batch: int) -> Callable[[], None]:
+def make_step(setting: str, batch: int, device: str = "cpu") -> Callable[[], None]:
+    """One LeNet-5 training step (Adam) under `setting` ("fp32", "emulate", "sequential",
+    "quire8", "as_format") on `device`; benchmarks/bench_cuda.py times it on a GPU."""
     torch.manual_seed(0)
-    model = LeNet5()
+    model = LeNet5().to(device)
     mode: contextlib.AbstractContextManager = contextlib.nullcontext()
     if setting == "emulate":
         mode = an.emulate(P16)
@@ -53,8 +55,8 @@ def make_step(setting: str, batch: int) -> Callable[[], None]:
     elif setting == "as_format":
         an.as_format(model, P16)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
-    x = torch.rand(batch, 1, 32, 32)
-    y = torch.randint(0, 10, (batch,))
+    x = torch.rand(batch, 1, 32, 32, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
 
     def step() -> None:
         with mode:
