@@ -147,3 +147,47 @@ def test_stochastic_pairs_are_unbiased_and_reproducible():
     a = g.round(y + 2.0**-9)
     g.load_state_dict(state)
     assert torch.equal(g.round(y + 2.0**-9), a)
+
+
+wide = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e150, max_value=1e150, allow_subnormal=True)
+tiny = st.one_of(
+    wide,
+    st.integers(-1074, -1000).map(lambda k: math.ldexp(1.0, k)),
+    st.integers(1, 2**52 - 1).map(lambda m: m * 5e-324),  # subnormals
+)
+
+
+def _close(got: Fraction, want: Fraction) -> bool:
+    """Within 2**-100 relative, or, for sums below float64's range, 2**-1074 absolute."""
+    return abs(got - want) <= max(abs(want) * Fraction(2) ** -100, Fraction(2) ** -1074)
+
+
+@given(st.lists(st.lists(tiny, min_size=3, max_size=3), min_size=2, max_size=2), st.lists(tiny, min_size=3, max_size=3))
+def test_exact_dot_over_the_whole_float64_range(rows, col):
+    """Subnormals beside normals, and products below float64's range: no NaN, and the
+    remainder keeps its exact sign (it was NaN when a slice's scale underflowed)."""
+    a = torch.tensor(rows, dtype=torch.float64)
+    b = torch.tensor(col, dtype=torch.float64).unsqueeze(1)
+    for extra in (None, torch.tensor([[[2.0**-1074]], [[-3.0]]], dtype=torch.float64)):
+        y, e = exact_dot(a, b, extra)
+        for i in range(2):
+            want = sum((Fraction(a[i, t].item()) * Fraction(b[t, 0].item()) for t in range(3)), Fraction(0))
+            if extra is not None:
+                want += Fraction(extra[i, 0, 0].item())
+            got = _exact(y[i, 0], e[i, 0])
+            assert _close(got, want), (rows[i], col, float(y[i, 0]), float(e[i, 0]))
+            rest = want - Fraction(y[i, 0].item())
+            assert (rest > 0) == (e[i, 0].item() > 0) and (rest < 0) == (e[i, 0].item() < 0)
+
+
+def test_exact_dot_subnormal_beside_one():
+    a = torch.tensor([[5e-324, 1.0], [2.0**-600, 0.0]], dtype=torch.float64)
+    b = torch.tensor([[1.0], [1.0]], dtype=torch.float64)
+    b2 = torch.tensor([[2.0**-600], [1.0]], dtype=torch.float64)
+    y, e = exact_dot(a, b)
+    assert y[0, 0].item() == 1.0 and e[0, 0].item() > 0  # was NaN
+    y, e = exact_dot(a, b2)  # 2**-1200: no float64 holds it, its sign survives in e
+    assert y[1, 0].item() == 0.0 and e[1, 0].item() == 5e-324
+    t = torch.tensor([[5e-324, 5e-324, 2.0**-1074]], dtype=torch.float64)
+    y, e = exact_sum(t)
+    assert y.item() == 3 * 5e-324 and e.item() == 0.0  # was 0: a limb unit underflowed

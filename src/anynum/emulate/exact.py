@@ -88,20 +88,28 @@ def exact_sum(terms: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.T
             y[finite], e[finite] = yf, ef
         return y.view(out_shape), e.view(out_shape)
     mant, expo = _frexp53(t)
+    return _sum_scaled(mant, expo, out_shape)
+
+
+def _sum_scaled(mant: torch.Tensor, expo: torch.Tensor, out_shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact sum along the last dimension of ``mant * 2**expo`` (int64, ``|mant| < 2**53``,
+    any exponents: the terms need not be float64 numbers) as the pair of `exact_sum`."""
+    zero = torch.zeros(mant.shape[0], dtype=torch.float64, device=mant.device)
     nz = mant != 0
     if not bool(nz.any()):
         return zero.view(out_shape), zero.view(out_shape).clone()
+    n_terms = mant.shape[-1]
     low = int(expo[nz].min())
     shift = torch.where(nz, expo - low, 0)
     headroom = max(1, math.ceil(math.log2(n_terms + 1) / _W)) + 1
     n_limbs = (int(shift.max()) + 53) // _W + 2 + headroom
-    limbs = torch.zeros(t.shape[0], n_limbs, dtype=torch.int64, device=t.device)
+    limbs = torch.zeros(mant.shape[0], n_limbs, dtype=torch.int64, device=mant.device)
     sign = torch.sign(mant)
     mag = mant.abs()
     for piece, offset in ((mag & _MASK, 0), (mag >> _W, _W)):
         pos = shift + offset
         j, r = pos // _W, pos % _W
-        wide = piece << r  # < 2**52
+        wide = piece << r  # < 2**53
         limbs.scatter_add_(1, j, sign * (wide & _MASK))
         limbs.scatter_add_(1, j + 1, sign * (wide >> _W))
     limbs = _propagate(limbs)
@@ -131,9 +139,11 @@ def _to_pair(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, e) of sign * sum(limbs[j] * 2**(26 j + low)), magnitude limbs in [0, 2**26).
 
-    y is the magnitude's top 53 bits (truncated, so exact), e >= 0 the rest: zero
-    exactly when the rest is, and its value taken from the next 52 bits plus half a
-    unit for anything further down (within 2**-100 of the sum, relative).
+    y is the magnitude's top 53 bits (truncated, so exact; in float64's subnormal range
+    its bits down to 2**-1074), e >= 0 the rest: zero exactly when the rest is, and its
+    value taken from the next 52 bits plus half a unit for anything further down
+    (within 2**-100 of the sum, relative). A nonzero rest below float64's range
+    keeps its sign as e = ±2**-1074.
     """
     n = limbs.shape[1]
     idx = torch.arange(n, device=limbs.device)
@@ -144,9 +154,6 @@ def _to_pair(
         v = limbs.gather(1, k.clamp(min=0).unsqueeze(1)).squeeze(1)
         return torch.where(k >= 0, v, 0)
 
-    def unit(k: torch.Tensor) -> torch.Tensor:
-        return torch.ldexp(torch.ones_like(k, dtype=torch.float64), (k * _W + low).to(torch.float64))
-
     lt = limb(top)
     hi = (lt << _W) | limb(top - 1)  # at most 52 bits
     lo = limb(top - 2)
@@ -154,29 +161,46 @@ def _to_pair(
     k = 53 - nbits  # bits still needed from lo: 1 .. 26
     mant = (hi << k) | (lo >> (_W - k))
     dropped = lo & ((1 << (_W - k)) - 1)
-    shift = torch.ldexp(torch.ones_like(lo, dtype=torch.float64), (_W - k).to(torch.float64))
-    y = mant.to(torch.float64) * unit(top - 2) * shift  # exact: 53 bits times powers of two
+    # the sum is (mant + frac) * 2**u, frac in [0, 1) made of `dropped` and the limbs below
+    u = (top - 2) * _W + low + (_W - k)
+    cut = (-1074 - u).clamp(0, 53)  # y's bits below float64's smallest subnormal go to e
+    kept = (mant >> cut) << cut
+    y = _ldexp(kept.to(torch.float64), u)  # exact: at most 53 bits, none below 2**-1074
     below = torch.where(idx.unsqueeze(0) < (top - 4).unsqueeze(1), limbs, 0).ne(0).any(dim=1)
-    rest = ((limb(top - 3) << _W) | limb(top - 4)).to(torch.float64) * unit(top - 4)  # exact
-    rest = rest + torch.where(below, unit(top - 4) * 0.5, 0.0)  # 53 bits: exact
-    e = dropped.to(torch.float64) * unit(top - 2) + rest  # both below y's last bit; e >= 0
+    rest = ((limb(top - 3) << _W) | limb(top - 4)).to(torch.float64) * 2.0**-52  # exact: 52 bits
+    rest = rest + torch.where(below, 2.0**-53, 0.0)  # 53 bits: exact
+    frac = (dropped.to(torch.float64) + rest) * torch.exp2((k - _W).to(torch.float64))
+    e = _ldexp((mant - kept).to(torch.float64) + frac, u)  # both below y's last bit; e >= 0
+    e = torch.where((e == 0) & (frac + (mant - kept).to(torch.float64) > 0), 2.0**-1074, e)
     sign = torch.where(negative, -1.0, 1.0).to(torch.float64)
     y = torch.where(zero, 0.0, y * sign)
     e = torch.where(zero, 0.0, e * sign)
     return y.view(out_shape), e.view(out_shape)
 
 
-def _span(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, int]:
-    """(per-slice-line top exponent H along the other axis, global lowest set-bit exponent L).
+def _ldexp(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """``x * 2**n`` for int64 `n` beyond float64's exponent range, exact wherever the result
+    is a float64 number (torch.ldexp multiplies by ``2.0**n``, which is 0 or inf out there).
 
-    Every nonzero |x| < 2**H of its line and is a multiple of 2**L.
+    The exponent is applied in pieces of one sign, so every partial product lies between x
+    and the result: none overflows or underflows unless the result does.
     """
+    n = n.clamp(-3000, 3000)
+    for _ in range(3):
+        step = n.clamp(-1000, 1000)
+        x = x * torch.exp2(step.to(torch.float64))
+        n = n - step
+    return x
+
+
+def _span(x: torch.Tensor) -> tuple[int, int]:
+    """(H, L): every nonzero |x| < 2**H and is a multiple of 2**L."""
     mant, expo = _frexp53(x)
     nz = mant != 0
+    if not bool(nz.any()):
+        return 0, 0
     tz = _trailing_zeros(mant.abs())
-    low = int(torch.where(nz, expo + tz, 1 << 40).min())
-    top = torch.where(nz, expo + 53, -(1 << 40)).amax(dim=dim, keepdim=True)
-    return top, low
+    return int((expo + 53)[nz].max()), int((expo + tz)[nz].min())
 
 
 def _trailing_zeros(m: torch.Tensor) -> torch.Tensor:
@@ -185,20 +209,22 @@ def _trailing_zeros(m: torch.Tensor) -> torch.Tensor:
     return torch.where(m != 0, torch.log2(lowbit.to(torch.float64)).round().to(torch.int64), 53)
 
 
-def _slices(x: torch.Tensor, dim: int, beta: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """x = sum_s q_s * scale_s with integer q_s, |q_s| < 2**beta; scale per line (x's `dim` reduced)."""
-    top, low = _span(x, dim)
-    top = torch.maximum(top, torch.full_like(top, low))  # all-zero lines
-    n = max(1, math.ceil(int((top - low).max()) / beta))
+def _slices(x: torch.Tensor, beta: int) -> list[tuple[torch.Tensor, int]]:
+    """x = sum_s q_s * 2**t_s with integer q_s, |q_s| < 2**beta (t_s one exponent per slice).
+
+    The slices are laid from x's lowest set bit upwards, so every 2**t_s is at least x's
+    smallest nonzero magnitude: a float64 number, which dividing by keeps exact.
+    """
+    top, low = _span(x)
+    n = max(1, math.ceil((top - low) / beta))
     out = []
     r = x
     for s in range(n):
-        scale = torch.ldexp(
-            torch.ones_like(top, dtype=torch.float64), (top - (s + 1) * beta).to(torch.float64)
-        )
+        t = low + (n - 1 - s) * beta
+        scale = math.ldexp(1.0, t)
         q = torch.trunc(r / scale)
         r = r - q * scale
-        out.append((q, scale))
+        out.append((q, t))
     return out
 
 
@@ -246,18 +272,30 @@ def exact_dot(
     if extra is None:  # operands of few bits over a short span (posit8): one exact matmul
         one_a = _one_slice(a, -1, beta)
         one_b = _one_slice(b, -2, beta) if one_a is not None else None
-        if one_a is not None and one_b is not None:
+        # exact while the scales' product stays a normal float64 (tiny operands: the slices)
+        if one_a is not None and one_b is not None and float(one_a[1].min() * one_b[1].min()) >= 2.0**-1022:
             y = (one_a[0] @ one_b[0]) * one_a[1] * one_b[1]
             return y, torch.zeros_like(y)
-    sa = _slices(a, -1, beta)
-    sb = _slices(b, -2, beta)
-    parts = []
-    for qa, scale_a in sa:
-        for qb, scale_b in sb:
-            parts.append((qa @ qb) * scale_a * scale_b)  # exact integers times powers of two
-    if len(parts) == 1 and extra is None:  # one slice each (posit8: 13 bits): one exact matmul
-        return parts[0], torch.zeros_like(parts[0])
-    terms = torch.stack(parts, dim=-1)
+    sa = _slices(a, beta)
+    sb = _slices(b, beta)
+    mants, expos = [], []
+    for qa, ta in sa:
+        for qb, tb in sb:
+            mants.append((qa @ qb).to(torch.int64))  # exact integers of at most 53 bits
+            expos.append(ta + tb)  # below float64's range for tiny operands: kept apart
+    if len(mants) == 1 and extra is None and expos[0] >= -1074:  # one exact matmul
+        y = _ldexp(mants[0].to(torch.float64), torch.tensor(expos[0], device=a.device))
+        return y, torch.zeros_like(y)
+    mant = torch.stack(mants, dim=-1)
+    expo = torch.tensor(expos, dtype=torch.int64, device=mant.device).expand(mant.shape)
     if extra is not None:
-        terms = torch.cat([terms, extra.to(torch.float64).expand(*terms.shape[:-1], extra.shape[-1])], -1)
-    return exact_sum(terms)
+        extra = extra.to(torch.float64).expand(*mant.shape[:-1], extra.shape[-1])
+        bad = ~torch.isfinite(extra).all(dim=-1)
+        if bool(bad.any()):  # a NaN/inf term: the float64 sum there, the exact one elsewhere
+            y, e = exact_dot(a, b, torch.where(bad.unsqueeze(-1), 0.0, extra))
+            y = torch.where(bad, (a @ b) + extra.sum(-1), y)
+            return y, torch.where(bad, 0.0, e)
+        em, ee = _frexp53(extra)
+        mant, expo = torch.cat([mant, em], -1), torch.cat([expo, ee], -1)
+    shape = mant.shape[:-1]
+    return _sum_scaled(mant.reshape(-1, mant.shape[-1]), expo.reshape(-1, mant.shape[-1]), shape)
