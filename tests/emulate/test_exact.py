@@ -149,7 +149,9 @@ def test_stochastic_pairs_are_unbiased_and_reproducible():
     assert torch.equal(g.round(y + 2.0**-9), a)
 
 
-wide = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e150, max_value=1e150, allow_subnormal=True)
+wide = st.floats(
+    allow_nan=False, allow_infinity=False, min_value=-1e150, max_value=1e150, allow_subnormal=True
+)
 tiny = st.one_of(
     wide,
     st.integers(-1074, -1000).map(lambda k: math.ldexp(1.0, k)),
@@ -162,7 +164,10 @@ def _close(got: Fraction, want: Fraction) -> bool:
     return abs(got - want) <= max(abs(want) * Fraction(2) ** -100, Fraction(2) ** -1074)
 
 
-@given(st.lists(st.lists(tiny, min_size=3, max_size=3), min_size=2, max_size=2), st.lists(tiny, min_size=3, max_size=3))
+@given(
+    st.lists(st.lists(tiny, min_size=3, max_size=3), min_size=2, max_size=2),
+    st.lists(tiny, min_size=3, max_size=3),
+)
 def test_exact_dot_over_the_whole_float64_range(rows, col):
     """Subnormals beside normals, and products below float64's range: no NaN, and the
     remainder keeps its exact sign (it was NaN when a slice's scale underflowed)."""

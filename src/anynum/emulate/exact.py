@@ -91,7 +91,9 @@ def exact_sum(terms: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.T
     return _sum_scaled(mant, expo, out_shape)
 
 
-def _sum_scaled(mant: torch.Tensor, expo: torch.Tensor, out_shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+def _sum_scaled(
+    mant: torch.Tensor, expo: torch.Tensor, out_shape: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The exact sum along the last dimension of ``mant * 2**expo`` (int64, ``|mant| < 2**53``,
     any exponents: the terms need not be float64 numbers) as the pair of `exact_sum`."""
     zero = torch.zeros(mant.shape[0], dtype=torch.float64, device=mant.device)
