@@ -80,7 +80,9 @@ def main() -> None:
     cases: dict[str, Callable[[], object]] = {
         "out.copy_(x)": lambda: out.copy_(x),
         "pool memcpy": lambda: lib.anynum_bench_floor(xp, yp, n, 0, 0, args.threads),
-        "counter bits + one select (floor)": lambda: lib.anynum_bench_floor(xp, yp, n, 12345, 1, args.threads),
+        "counter bits + one select (floor)": lambda: lib.anynum_bench_floor(
+            xp, yp, n, 12345, 1, args.threads
+        ),
         "e4m3fn sr": lambda: an.quantize(x, an.E4M3FN, "sr", seed=1, out=out),
         "bf16 sr": lambda: an.quantize(x, an.BF16, "sr", seed=1, out=out),
         "e4m3fn sr, 8 bits": lambda: an.quantize(x, an.E4M3FN, "sr", seed=1, rand_bits=8, out=out),

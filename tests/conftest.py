@@ -27,12 +27,21 @@ collect_ignore_glob = ["*/conftest.py"]
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("anynum fuzz")
-    group.addoption("--fuzz-seed", type=int, default=None,
-                    help="seed of the differential fuzzer (tests/fuzz); random draws, reproducible")
-    group.addoption("--fuzz-examples", type=int, default=None,
-                    help="examples per fuzz test (default: a few in the normal run, unbounded with -m fuzz)")
+    group.addoption(
+        "--fuzz-seed",
+        type=int,
+        default=None,
+        help="seed of the differential fuzzer (tests/fuzz); random draws, reproducible",
+    )
+    group.addoption(
+        "--fuzz-examples",
+        type=int,
+        default=None,
+        help="examples per fuzz test (default: a few in the normal run, unbounded with -m fuzz)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,6 +64,16 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("ANYNUM_HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def native_library_built() -> None:
+    """The native kernels built (or loaded) before the first test. Otherwise the router runs the
+    eager reference while a first build goes on in the background (`clib.library_soon`), and a
+    test that checks which kernel ran would see that instead."""
+    from anynum.kernels.clib import library
+
+    library()
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +124,7 @@ def grid_probes(grid: np.ndarray, *, top_step: float | None = None) -> dict[str,
     return out
 
 
-def random_floats(
-    n: int, dtype: type, seed: int, lo_exp: int = -140, hi_exp: int = 140
-) -> np.ndarray:
+def random_floats(n: int, dtype: type, seed: int, lo_exp: int = -140, hi_exp: int = 140) -> np.ndarray:
     """n random values of `dtype` with log-uniform magnitudes in [2**lo_exp, 2**hi_exp) and random signs.
 
     Exponents are clipped to what `dtype` can hold; the significand uses every bit of `dtype`.
@@ -138,13 +155,12 @@ def assert_same_values(actual, expected, inputs=None, *, what: str = "", check_s
         idx = np.flatnonzero(~same)
         x = None if inputs is None else np.asarray(inputs, dtype=np.float64).reshape(-1)
         rows = [
-            f"  x={x[i]!r} expected={e[i]!r} got={a[i]!r}" if x is not None else
-            f"  [{i}] expected={e[i]!r} got={a[i]!r}"
+            f"  x={x[i]!r} expected={e[i]!r} got={a[i]!r}"
+            if x is not None
+            else f"  [{i}] expected={e[i]!r} got={a[i]!r}"
             for i in idx[:10]
         ]
-        raise AssertionError(
-            f"{what}: {idx.size} of {a.size} differ; first ones:\n" + "\n".join(rows)
-        )
+        raise AssertionError(f"{what}: {idx.size} of {a.size} differ; first ones:\n" + "\n".join(rows))
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,7 @@ pytestmark = pytest.mark.skipif(
     not hasattr(os, "getuid") or nativelib.compiler() is None, reason="POSIX with a C compiler only"
 )
 
+
 def _import_everything() -> None:
     """Import every anynum module, so that every native source the project has is defined."""
     for info in pkgutil.walk_packages(anynum.__path__, "anynum."):
@@ -248,8 +249,13 @@ def test_two_concurrent_builders_both_load_a_whole_verified_library(tmp_path: Pa
     cache, go = tmp_path / "cache", tmp_path / "go"
     env = {**os.environ, "ANYNUM_CACHE_DIR": str(cache), "ANYNUM_TEST_GO": str(go)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", _BUILDER], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _BUILDER],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(3)
     ]
     time.sleep(0.5)
@@ -330,3 +336,55 @@ def test_unsafe_inductor_cache_means_eager(tmp_path: Path) -> None:
 def test_doc_source_registry() -> None:
     s = NativeSource("registry_probe", "int f(void) { return 0; }")
     assert s in nativelib.registered_sources()
+
+
+def test_load_soon_builds_in_the_background(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No caller waits for a first build: None at once, one background build, then the library;
+    with the library in the cache, no thread at all."""
+    monkeypatch.setenv("ANYNUM_CACHE_DIR", str(tmp_path / "cache"))
+    src = NativeSource(f"test_soon_{os.getpid()}", "int anynum_answer(void) { return 7; }")
+    assert nativelib.load_soon(src) is None  # gcc takes far longer than starting a thread
+    assert nativelib.building(src)
+    deadline = time.monotonic() + 120
+    while nativelib.building(src) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lib = nativelib.load_soon(src)
+    assert lib is not None and lib.anynum_answer() == 7 and not nativelib.building(src)
+    # another process finds it in the cache: loaded on the spot, no build thread
+    code = textwrap.dedent(
+        f"""
+        from anynum.kernels import nativelib
+        src = nativelib.NativeSource({src.name!r}, {src.source!r})
+        lib = nativelib.load_soon(src)
+        print(lib is not None and lib.anynum_answer(), nativelib.building(src))
+        """
+    )
+    env = {**os.environ, "ANYNUM_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["7", "False"]
+
+
+def test_router_runs_the_reference_while_the_library_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a background build the native kernel answers with the eager reference (the same
+    bits), never declining to the compiled route, whose own first compile would stall."""
+    import torch
+
+    import anynum as an
+    from anynum.kernels import ckernel, fused, route
+    from anynum.rounding import Rounding
+
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")
+    monkeypatch.setattr(ckernel, "library_soon", lambda: None)
+    monkeypatch.setattr(ckernel, "building_library", lambda: True)
+    monkeypatch.setattr(ckernel, "native_round", lambda *a, **k: pytest.fail("the C kernel ran"))
+    monkeypatch.setattr(fused, "fused_round", lambda *a, **k: pytest.fail("the compiled route ran"))
+    x = torch.randn(1 << 20)
+    for fmt in (an.E4M3FN, an.Posit(16, 1), an.NVFP4):
+        for mode in (Rounding.NEAREST_EVEN, Rounding.STOCHASTIC):
+            plan = route.plan_for(fmt, mode, fmt.default_overflow, None, torch.float32, "cpu", None)
+            assert plan.kernel_names()[0] == "native"
+            got = an.quantize(x, fmt, mode, seed=3 if mode is Rounding.STOCHASTIC else None)
+            with monkeypatch.context() as m:
+                m.setenv("ANYNUM_COMPILE", "0")
+                want = an.quantize(x, fmt, mode, seed=3 if mode is Rounding.STOCHASTIC else None)
+            assert torch.equal(got, want), (fmt, mode)

@@ -21,7 +21,9 @@ Block formats work on the blocked axis made last and contiguous (a copy unless i
 
 It covers CPU calls while ``ANYNUM_COMPILE`` is not "0", with counter-based random sources;
 where the library cannot be built (no C compiler) it declines at run time, with nativelib's
-one-time warning, and the router's next kernel runs.
+one-time warning, and the router's next kernel runs. While the library's first build on a
+machine runs in the background (`anynum.kernels.clib.library_soon`), it runs the eager
+reference itself, so no call waits for a compiler.
 
 >>> import torch, anynum as an
 >>> an.quantize(torch.tensor([0.3, -500.0, 3.0]), an.E4M3FN, "rz").tolist()
@@ -36,9 +38,9 @@ import functools
 import torch
 
 from anynum.formats.block import Block
-from anynum.kernels.clib import library
+from anynum.kernels.clib import building_library, library, library_soon
 from anynum.kernels.cparams import CallParams, call_params
-from anynum.kernels.eager import round_to_format
+from anynum.kernels.eager import round_to_format, working_dtype
 from anynum.kernels.route import Call, Kernel, can_write_while_reading, register
 from anynum.kernels.settings import compile_mode
 from anynum.rounding import RandomSource, Rounding
@@ -217,6 +219,11 @@ class NativeKernel(Kernel):
     ) -> torch.Tensor | None:
         params = self.params(call)
         assert params is not None
+        if library_soon() is None and building_library():
+            # the first build on this machine runs in the background: the reference meanwhile
+            # (the same bits), rather than the compiled route, whose own compile would stall
+            xw = x.to(working_dtype(call.fmt, x.dtype))
+            return round_to_format(call.fmt, xw, call.mode, call.overflow, rng, call.rand_bits).to(x.dtype)
         return native_round(params, call, x, rng, out)
 
 

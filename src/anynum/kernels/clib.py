@@ -10,7 +10,10 @@ thread pool; no OpenMP, whose runtime torch already has in the process). GCC and
 vectorise every element loop (one loop per mode, branch-free selects inside).
 
 `library` returns the loaded library, or None (with nativelib's one-time warning) where it
-cannot be built; the kernels then decline and the router's other kernels run.
+cannot be built; the kernels then decline and the router's other kernels run. The router
+asks `library_soon`, which does not wait for a first build: on a machine without the
+library in its cache, calls run the eager reference (the same bits) while a background
+thread compiles it (about 15 s), then switch to it.
 
 >>> lib = library()
 >>> lib is None or lib.anynum_call_size() > 0
@@ -25,9 +28,9 @@ import warnings
 from pathlib import Path
 
 from anynum.kernels.cparams import CallStruct
-from anynum.kernels.nativelib import NativeSource, load
+from anynum.kernels.nativelib import NativeSource, building, load, load_soon
 
-__all__ = ["SOURCE", "library", "source_text"]
+__all__ = ["SOURCE", "building_library", "library", "library_soon", "source_text"]
 
 _DIR = Path(__file__).with_name("csrc")
 
@@ -112,3 +115,21 @@ def library() -> ctypes.CDLL | None:
         )
         return None
     return lib
+
+
+def library_soon() -> ctypes.CDLL | None:
+    """`library` where no build has to be waited for; None at once while one runs in the background
+    (`building_library`), or where the library cannot be had.
+
+    >>> lib = library_soon() or library()
+    >>> lib is None or lib.anynum_pool_workers() >= 0
+    True
+    """
+    if library.cache_info().currsize:  # resolved: loaded, or known not to build
+        return library()
+    return None if load_soon(SOURCE) is None else library()
+
+
+def building_library() -> bool:
+    """Whether the library is being built in the background (started by `library_soon`)."""
+    return building(SOURCE)

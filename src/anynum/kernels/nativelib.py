@@ -61,16 +61,20 @@ except ImportError:  # Windows: no native code is loaded there (see `cache_dir`)
 
 __all__ = [
     "NativeSource",
+    "building",
     "cache_dir",
     "check_private_dir",
     "compiler",
     "library_path",
     "load",
+    "load_soon",
     "registered_sources",
     "unsafe_reason",
 ]
 
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards _LOCKS and _builders
+_LOCKS: dict[str, threading.Lock] = {}  # one per library: a long build blocks only its own loads
+_builders: dict[str, threading.Thread] = {}  # background builds started by `load_soon`
 _warned: set[str] = set()
 _sources: dict[str, NativeSource] = {}
 _open_libraries: list[int] = []  # descriptors of the loaded libraries (see `_load`)
@@ -361,7 +365,52 @@ def load(src: NativeSource) -> ctypes.CDLL | None:
     Results are cached per process.
     """
     with _LOCK:
+        lock = _LOCKS.setdefault(src.name, threading.Lock())
+    with lock:
         return _load(src)
+
+
+def load_soon(src: NativeSource) -> ctypes.CDLL | None:
+    """`src` loaded if that takes no compiler; otherwise None at once, while one background thread
+    builds it (what `load` does), so that a first call on a new machine never waits for the build.
+
+    Callers run their pure-torch path meanwhile (`building` says why the library is missing)
+    and pick the library up on a later call. Where it is in the cache already, or cannot be
+    built at all, this is `load`.
+
+    >>> src = NativeSource("doc_example", "int anynum_answer(void) { return 42; }")
+    >>> lib = load_soon(src) or load(src)  # the doctest waits for it
+    >>> lib is None or lib.anynum_answer() == 42
+    True
+    """
+    directory = cache_dir()
+    if directory is None or compiler() is None or library_path(src, directory).exists():
+        return load(src)  # fast: a verified load, or a None with its warning
+    with _LOCK:
+        builder = _builders.get(src.name)
+        if builder is None:
+            builder = threading.Thread(target=load, args=(src,), name=f"anynum-build-{src.name}", daemon=True)
+            _builders[src.name] = builder
+            builder.start()
+    return None if builder.is_alive() else load(src)  # a finished build: its result (or None)
+
+
+def building(src: NativeSource) -> bool:
+    """Whether a background build of `src` started by `load_soon` is still running."""
+    builder = _builders.get(src.name)
+    return builder is not None and builder.is_alive()
+
+
+def _after_fork() -> None:
+    """A child starts with no build threads: locks they held would never be released."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _LOCKS.clear()
+    _builders.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 @functools.cache
