@@ -89,7 +89,16 @@ def library() -> ctypes.CDLL | None:
     >>> lib is None or lib.anynum_pool_workers() >= 0
     True
     """
-    lib = load(SOURCE)
+    lib = _typed(load(SOURCE))
+    _resolved.append(lib)
+    return lib
+
+
+_resolved: list[ctypes.CDLL | None] = []  # what `library` returned, once it has
+
+
+def _typed(lib: ctypes.CDLL | None) -> ctypes.CDLL | None:
+    """`lib` with its entry points typed, or None (also where the two structure mirrors disagree)."""
     if lib is None:
         return None
     vp, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
@@ -111,7 +120,7 @@ def library() -> ctypes.CDLL | None:
             "anynum: the native kernel's parameter structure does not match anynum.kernels.cparams; "
             "not using it (the other kernels run). Please report this.",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         return None
     return lib
@@ -125,8 +134,8 @@ def library_soon() -> ctypes.CDLL | None:
     >>> lib is None or lib.anynum_pool_workers() >= 0
     True
     """
-    if library.cache_info().currsize:  # resolved: loaded, or known not to build
-        return library()
+    if _resolved:  # loaded, or known not to build (the per-call path: a list read)
+        return _resolved[0]
     return None if load_soon(SOURCE) is None else library()
 
 
