@@ -39,7 +39,9 @@
     ELEM_LOOP(uniform_##M##_wrap, SFX(uniform_consts)(&c->u), SFX(uniform_k),                       \
               SFX(uniform_round)(x, &k, M, 1, base, index, rbits, two_r, &u))                            \
     ELEM_LOOP(posit_##M, SFX(posit_consts)(&c->p), SFX(posit_k),                                    \
-              SFX(posit_round)(x, &k, M, base, index, rbits, two_r, &u))
+              SFX(posit_round)(x, &k, M, base, index, rbits, two_r, &u)) \
+    ELEM_LOOP(positfast_##M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                        \
+              SFX(positfast_round)(x, &k, M, base, index))
 
 FLOAT_LOOPS(0)
 FLOAT_LOOPS(1)
@@ -60,10 +62,10 @@ FLOAT_LOOPS(9)
     {SFX(PRE##0##POST), SFX(PRE##1##POST), SFX(PRE##2##POST), SFX(PRE##3##POST), SFX(PRE##4##POST),  \
      SFX(PRE##5##POST), SFX(PRE##6##POST), SFX(PRE##7##POST), SFX(PRE##8##POST), SFX(PRE##9##POST)}
 
-/* [variant][mode]: float any / common / recip, uniform clamp / wrap, posit */
-static const any_loop SFX(elem_loops)[6][M_COUNT] = {
+/* [variant][mode]: float any / common / recip, uniform clamp / wrap, posit, posit fast path */
+static const any_loop SFX(elem_loops)[7][M_COUNT] = {
     MODE_ROW(float_, _any),      MODE_ROW(float_, _common), MODE_ROW(float_, _recip),
-    MODE_ROW(uniform_, _clamp), MODE_ROW(uniform_, _wrap), MODE_ROW(posit_, ),
+    MODE_ROW(uniform_, _clamp), MODE_ROW(uniform_, _wrap), MODE_ROW(posit_, ), MODE_ROW(positfast_, ),
 };
 
 /* --- blocks: a chunk of whole blocks (or of one long block), each with its scale ---------------- */

@@ -119,4 +119,74 @@ ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t 
     return finite ? y : (W)NAN;
 }
 
+/* The fast path (anynum.kernels.positparams): where every posit value is a normal W, the bits
+ * dropped at a binade of W depend on its exponent alone, and the neighbours and the tie follow from
+ * the input's bits without the regime's clamps and selects. For the deterministic modes and
+ * stochastic uniform (exact SR and SR with rand_bits read the dropped bits below minpos: the
+ * general loop). Everything in WI lanes: mixing int flags into them stops the vectoriser. */
+typedef struct {
+    WI zoff, zmask, min_bits, max_bits, tie_bits, floor_bits, eoff, kmin, pc0, pcmax;
+    int es;
+    WU one;
+} SFX(positfast_k);
+
+ANY_INLINE SFX(positfast_k) SFX(positfast_consts)(const any_posit *p) {
+    SFX(positfast_k) k;
+    k.zoff = (WI)p->zoff;
+    k.zmask = (WI)p->zmask;
+    k.min_bits = (WI)p->min_bits;
+    k.max_bits = (WI)p->max_bits;
+    k.tie_bits = (WI)p->tie_bits;
+    k.floor_bits = p->underflow_zero ? (WI)0 : k.min_bits;
+    k.eoff = (WI)p->scale_exp - W_BIAS;
+    k.kmin = -(WI)(p->n - 2);
+    k.pc0 = (WI)p->es + W_MAN - (WI)(p->n - 3); /* dropped bits at k = 0 */
+    k.pcmax = (WI)p->es + W_MAN;
+    k.es = p->es;
+    k.one = (WU)p->one;
+    return k;
+}
+
+ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, uint64_t base,
+                                   uint64_t index) {
+    if (M == M_SR || M == M_SRT) return x; /* never selected (drive.c) */
+    const int top_bit = 8 * (int)sizeof(WI) - 1;
+    const WI absmask = (WI)(~(WU)0 >> 1), inf_bits = (WI)SFX(bits)((W)INFINITY);
+    WI xb = (WI)SFX(bits)(x);
+    WI b = xb & absmask;
+    WI neg = x < (W)0; /* -0 and NaN are not negative */
+    /* bits kept after the regime of k: n - 3 - k (k >= 0), n - 3 - (-k - 1) (k < 0); none left
+       (pc > es + M) is beyond maxpos or below minpos, where nothing is dropped: the comparisons
+       with maxpos and minpos below settle those, and inf, NaN and subnormals with them */
+    WI kr = ((b >> W_MAN) + k->eoff) >> k->es;
+    WI pc = k->pc0 + (kr ^ (kr >> top_bit));
+    pc = pc < 0 ? 0 : pc;
+    pc = pc > k->pcmax ? 0 : pc;
+    WI z = (b + k->zoff) & k->zmask; /* the bit string after the regime */
+    WI step = SHLW(k->one, pc);
+    WI dropped = z & (step - 1);
+    WI lo = b - dropped;
+    /* the lower neighbour's last bit: of z, or the regime's final 1 in minpos's regime, where
+       nothing follows it (a padding zero, p < 0, drops nothing and never decides) */
+    WI parity = ((z >> pc) | (kr == k->kmin)) & 1;
+    WI under = b < k->min_bits;
+    WI inexact = under | (dropped != 0);
+    /* nearest: twice the dropped bits against the step, so nothing dropped never rounds up */
+    WI up;
+    if (M == M_RNE) up = under ? (b > k->tie_bits) : (dropped + dropped + parity > step);
+    else if (M == M_RNA) up = under ? (b >= k->tie_bits) : (dropped + dropped >= step);
+    else if (M == M_RNZ) up = under ? (b > k->tie_bits) : (dropped + dropped > step);
+    else if (M == M_RZ) up = 0;
+    else if (M == M_RU) up = inexact & (neg ^ 1);
+    else if (M == M_RD) up = inexact & neg;
+    else if (M == M_RO) up = under | (inexact & (parity ^ 1));
+    else up = inexact & (WI)sr_coin(base, index);
+    WI mag = lo + (up ? step : 0);
+    mag = under ? (up ? k->min_bits : 0) : mag;
+    mag = mag < k->floor_bits ? k->floor_bits : mag;
+    mag = mag > k->max_bits ? k->max_bits : mag;
+    WI y = ((b == 0) | (mag == 0)) ? 0 : (mag | (xb & ~absmask));
+    return b >= inf_bits ? (W)NAN : SFX(from)((WU)y);
+}
+
 #undef SHLW
