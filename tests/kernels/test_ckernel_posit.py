@@ -123,4 +123,5 @@ def test_narrow_and_out_of_range_formats_keep_the_general_loop() -> None:
                              (an.Posit(6, 6), torch.float32, 1)):  # fmt: skip
         params = call_params(fmt, Rounding.NEAREST_EVEN, "saturate", None, dtype)
         assert params is not None and params.struct.p.fast == fast
-    assert call_params(an.Posit(6, 6), Rounding.NEAREST_EVEN, "saturate", None, torch.float32).wdtype == torch.float64
+    wide = call_params(an.Posit(6, 6), Rounding.NEAREST_EVEN, "saturate", None, torch.float32)
+    assert wide is not None and wide.wdtype == torch.float64
