@@ -41,7 +41,7 @@
     ELEM_LOOP(posit_##M, SFX(posit_consts)(&c->p), SFX(posit_k),                                    \
               SFX(posit_round)(x, &k, M, base, index, rbits, two_r, &u)) \
     ELEM_LOOP(positfast_##M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                        \
-              SFX(positfast_round)(x, &k, M, base, index))
+              SFX(positfast_round)(x, &k, M, base, index, rbits, two_r, &u))
 
 FLOAT_LOOPS(0)
 FLOAT_LOOPS(1)

@@ -121,11 +121,12 @@ ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t 
 
 /* The fast path (anynum.kernels.positparams): where every posit value is a normal W, the bits
  * dropped at a binade of W depend on its exponent alone, and the neighbours and the tie follow from
- * the input's bits without the regime's clamps and selects. For the deterministic modes and
- * stochastic uniform (exact SR and SR with rand_bits read the dropped bits below minpos: the
- * general loop). Everything in WI lanes: mixing int flags into them stops the vectoriser. */
+ * the input's bits without the regime's clamps and selects. Every mode but SR with rand_bits under
+ * underflow="zero", which reads the dropped bits below minpos (the general loop). Integers in WI
+ * lanes: mixing int flags into them stops the vectoriser. */
 typedef struct {
     WI zoff, zmask, min_bits, max_bits, tie_bits, floor_bits, eoff, kmin, pc0, pcmax;
+    W minpos, maxpos;
     int es;
     WU one;
 } SFX(positfast_k);
@@ -142,14 +143,15 @@ ANY_INLINE SFX(positfast_k) SFX(positfast_consts)(const any_posit *p) {
     k.kmin = -(WI)(p->n - 2);
     k.pc0 = (WI)p->es + W_MAN - (WI)(p->n - 3); /* dropped bits at k = 0 */
     k.pcmax = (WI)p->es + W_MAN;
+    k.minpos = (W)p->minpos;
+    k.maxpos = (W)p->maxpos;
     k.es = p->es;
     k.one = (WU)p->one;
     return k;
 }
 
 ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, uint64_t base,
-                                   uint64_t index) {
-    if (M == M_SR || M == M_SRT) return x; /* never selected (drive.c) */
+                                   uint64_t index, int rbits, double two_r, int *und) {
     const int top_bit = 8 * (int)sizeof(WI) - 1;
     const WI absmask = (WI)(~(WU)0 >> 1), inf_bits = (WI)SFX(bits)((W)INFINITY);
     WI xb = (WI)SFX(bits)(x);
@@ -180,7 +182,30 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, u
     else if (M == M_RU) up = inexact & (neg ^ 1);
     else if (M == M_RD) up = inexact & neg;
     else if (M == M_RO) up = under | (inexact & (parity ^ 1));
-    else up = inexact & (WI)sr_coin(base, index);
+    else if (M == M_SRU) up = inexact & (WI)sr_coin(base, index);
+    else if (M == M_SR) { /* value_position, as posit_round computes it */
+        WI over = b >= k->max_bits;
+        W lo_w = SFX(from)((WU)lo), hi_w = SFX(from)((WU)(lo + step));
+        lo_w = under ? (W)0 : (over ? k->maxpos : lo_w);
+        hi_w = under ? k->minpos : (over ? k->maxpos : hi_w);
+        double a64 = (double)SFX(from)((WU)b), lo64 = (double)lo_w, hi64 = (double)hi_w;
+        double gap = hi64 - lo64;
+        double ratio = (a64 - lo64) / (gap > 0.0 ? gap : 1.0);
+        double exact = (double)dropped * f64_from((uint64_t)(1023 - (int64_t)pc) << 52);
+        /* two selects: one on the combined flag leaves GCC without a vector type */
+        double pr = pc <= W_MAN ? exact : ratio;
+        pr = (under | over) ? ratio : pr;
+        uint64_t pbits = f64_bits(pr);
+        pbits = pbits > 0x3FEFFFFFFFFFFFFFull ? 0x3FEFFFFFFFFFFFFFull : pbits;
+        up = sr_exact_up(f64_from(pbits), base, index, und);
+    } else { /* frac_truncated; below minpos the result is minpos whatever the draw (drive.c) */
+        int64_t d = (int64_t)dropped, len = (int64_t)pc;
+        int64_t ush = rbits - len, dsh = len - rbits;
+        ush = ush < 0 ? 0 : (ush > 62 ? 62 : ush);
+        dsh = dsh < 0 ? 0 : (dsh > 62 ? 62 : dsh);
+        int64_t kept_r = (int64_t)((uint64_t)d << ush) >> dsh;
+        up = sr_trunc_up((double)kept_r * (1.0 / two_r), base, index, rbits, two_r);
+    }
     WI mag = lo + (up ? step : 0);
     mag = under ? (up ? k->min_bits : 0) : mag;
     mag = mag < k->floor_bits ? k->floor_bits : mag;
