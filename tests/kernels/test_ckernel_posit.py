@@ -19,10 +19,11 @@ import pytest
 import torch
 
 import anynum as an
+from anynum.kernels.clib import library
 from anynum.kernels.cparams import call_params
 from anynum.kernels.eager import working_dtype
 from anynum.quantize.checks import check_representable
-from anynum.rounding import Rounding
+from anynum.rounding import CounterRandom, Rounding
 
 _INFO = {torch.float32: (23, 127, np.uint32, np.float32), torch.float64: (52, 1023, np.uint64, np.float64)}
 
@@ -125,3 +126,25 @@ def test_narrow_and_out_of_range_formats_keep_the_general_loop() -> None:
         assert params is not None and params.struct.p.fast == fast
     wide = call_params(an.Posit(6, 6), Rounding.NEAREST_EVEN, "saturate", None, torch.float32)
     assert wide is not None and wide.wdtype == torch.float64
+
+
+def test_exact_sr_hands_back_undecided_elements_of_geometric_binades(cn) -> None:  # type: ignore[no-untyped-def]
+    """Exact SR's position is a float64 ratio where exponent bits are dropped: element i's position
+    shares its first 53 bits with its draw k and has more (posit(8,2) between 2**16 and 2**18,
+    float64 inputs), so the run holding it is redone with the ratio and i handed back."""
+    fmt, seed, n = an.Posit(8, 2), 5, 1000
+    bits = CounterRandom(seed).bits_at(torch.arange(n), 53, 0)
+    i = int(torch.argmin(bits))
+    k = int(bits[i])
+    j = (3 * k) // 2 + 1  # the position j / 3 * 2**-52 lies in (k, k + 1) * 2**-53
+    x = torch.full((n,), 1.0, dtype=torch.float64)
+    x[i] = 2.0**16 * (1 + j * 2.0**-52)
+    params = call_params(fmt, Rounding.STOCHASTIC, "saturate", None, torch.float64)
+    lib = library()
+    assert params is not None and lib is not None
+    y = torch.empty_like(x)
+    base = CounterRandom(seed).stream_base(0) & ((1 << 64) - 1)
+    assert lib.anynum_round(x.data_ptr(), y.data_ptr(), n, params.address, base, 1, None) == 1
+    assert float(y[i]) == float(x[i])  # handed back untouched
+    want = cn.reference(fmt, Rounding.STOCHASTIC, "saturate", None, x, seed=seed)
+    cn.assert_same(cn.native(fmt, Rounding.STOCHASTIC, "saturate", None, x, seed=seed), want, x, "refined")

@@ -125,7 +125,7 @@ ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t 
  * underflow="zero", which reads the dropped bits below minpos (the general loop). Integers in WI
  * lanes: mixing int flags into them stops the vectoriser. */
 typedef struct {
-    WI zoff, zmask, min_bits, max_bits, tie_bits, floor_bits, eoff, kmin, pc0, pcmax;
+    WI zoff, zmask, min_bits, max_bits, tie_bits, floor_bits, eoff, kmin, pc0, pcmax, under_pc;
     W minpos, maxpos;
     int es;
     WU one;
@@ -139,6 +139,7 @@ ANY_INLINE SFX(positfast_k) SFX(positfast_consts)(const any_posit *p) {
     k.max_bits = (WI)p->max_bits;
     k.tie_bits = (WI)p->tie_bits;
     k.floor_bits = p->underflow_zero ? (WI)0 : k.min_bits;
+    k.under_pc = p->underflow_zero ? W_MAN + 1 : 0; /* below minpos, the ratio is needed */
     k.eoff = (WI)p->scale_exp - W_BIAS;
     k.kmin = -(WI)(p->n - 2);
     k.pc0 = (WI)p->es + W_MAN - (WI)(p->n - 3); /* dropped bits at k = 0 */
@@ -150,8 +151,11 @@ ANY_INLINE SFX(positfast_k) SFX(positfast_consts)(const any_posit *p) {
     return k;
 }
 
-ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, uint64_t base,
-                                   uint64_t index, int rbits, double two_r, int *und) {
+/* GEOM = 0 (exact SR only): the position is the exact dropped / 2**pc everywhere, and *need is
+   set where that is wrong, so the caller redoes those inputs with GEOM = 1 (loops.c) */
+ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, const int GEOM,
+                                   uint64_t base, uint64_t index, int rbits, double two_r, int *und,
+                                   int *need) {
     const int top_bit = 8 * (int)sizeof(WI) - 1;
     const WI absmask = (WI)(~(WU)0 >> 1), inf_bits = (WI)SFX(bits)((W)INFINITY);
     WI xb = (WI)SFX(bits)(x);
@@ -183,7 +187,11 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, u
     else if (M == M_RD) up = inexact & neg;
     else if (M == M_RO) up = under | (inexact & (parity ^ 1));
     else if (M == M_SRU) up = inexact & (WI)sr_coin(base, index);
-    else if (M == M_SR) { /* value_position, as posit_round computes it */
+    else if (M == M_SR && !GEOM) {
+        up = sr_exact_up((double)dropped * f64_from((uint64_t)(1023 - (int64_t)pc) << 52), base, index, und);
+        /* one comparison: with two GCC finds no vector type */
+        *need = (int)((under ? k->under_pc : pc) > W_MAN);
+    } else if (M == M_SR) { /* value_position, as posit_round computes it */
         WI over = b >= k->max_bits;
         W lo_w = SFX(from)((WU)lo), hi_w = SFX(from)((WU)(lo + step));
         lo_w = under ? (W)0 : (over ? k->maxpos : lo_w);
