@@ -211,8 +211,10 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
         int64_t ush = rbits - len, dsh = len - rbits;
         ush = ush < 0 ? 0 : (ush > 62 ? 62 : ush);
         dsh = dsh < 0 ? 0 : (dsh > 62 ? 62 : dsh);
-        int64_t kept_r = (int64_t)((uint64_t)d << ush) >> dsh;
-        up = sr_trunc_up((double)kept_r * (1.0 / two_r), base, index, rbits, two_r);
+        uint64_t kept_r = ((uint64_t)d << ush) >> dsh; /* the first rbits dropped bits */
+        /* sr_trunc_up in integers: kept_r and the draw are below 2**rbits <= 2**52, so the
+           float64 floor, scaling and sum there are exact */
+        up = kept_r + counter_bits(base, index, rbits) >= (uint64_t)two_r;
     }
     WI mag = lo + (up ? step : 0);
     mag = under ? (up ? k->min_bits : 0) : mag;
