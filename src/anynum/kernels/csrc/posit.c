@@ -188,7 +188,8 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
     else if (M == M_RO) up = under | (inexact & (parity ^ 1));
     else if (M == M_SRU) up = inexact & (WI)sr_coin(base, index);
     else if (M == M_SR && !GEOM) {
-        up = sr_exact_up((double)dropped * f64_from((uint64_t)(1023 - (int64_t)pc) << 52), base, index, und);
+        double exact = (double)dropped * f64_from((uint64_t)(1023 - (int64_t)pc) << 52);
+        up = sr_exact_up(exact, base, index, und);
         /* one comparison: with two GCC finds no vector type */
         *need = (int)((under ? k->under_pc : pc) > W_MAN);
     } else if (M == M_SR) { /* value_position, as posit_round computes it */
