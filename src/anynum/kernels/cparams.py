@@ -35,6 +35,7 @@ from anynum.formats.posit import Posit
 from anynum.formats.table import Table
 from anynum.kernels.block import saturate_to_dtype_needed, underflow_is_harmless
 from anynum.kernels.eager import round_to_format, working_dtype
+from anynum.kernels.positparams import PositParams, posit_params
 from anynum.kernels.tablelut import neighbour_lut, result_lut
 from anynum.rounding import Rounding
 
@@ -113,14 +114,6 @@ class UniformParams(ctypes.Structure):
         ),
         ("step_pos", ctypes.c_int32),
         ("wrap", ctypes.c_int32),
-    ]
-
-
-class PositParams(ctypes.Structure):
-    _fields_ = [
-        ("maxpos", ctypes.c_double),
-        ("minpos", ctypes.c_double),
-        *((name, ctypes.c_int32) for name in ("n", "es", "scale_exp", "lift", "underflow_zero", "one")),
     ]
 
 
@@ -242,22 +235,6 @@ def uniform_params(fmt: UniformFormat, wdtype: torch.dtype, overflow: str) -> Un
         span=float(1 << fmt.bits) * 2.0**fmt.step_exp,
         step_pos=int(fmt.step_exp > 0),
         wrap=int(overflow == "wrap"),
-    )
-
-
-def _posit_params(fmt: Posit, wdtype: torch.dtype) -> PositParams:
-    lay = layout(wdtype)
-    return PositParams(
-        maxpos=fmt.maxpos,
-        minpos=fmt.minpos,
-        n=fmt.n,
-        es=fmt.es,
-        scale_exp=fmt.scale_exp,
-        # as in Posit.locate: the tie point below minpos may be subnormal in the working type,
-        # and with underflow="zero" the dropped bits of any tiny input matter
-        lift=int(fmt.emin - (1 << fmt.es) < lay.emin or fmt.underflow == "zero"),
-        underflow_zero=int(fmt.underflow == "zero"),
-        one=1,  # an opaque 1 for the kernel's shifts (see csrc/posit.c)
     )
 
 
@@ -475,7 +452,7 @@ def call_params(
     elif isinstance(fmt, UniformFormat) and overflow in ("saturate", "wrap"):
         struct.family, struct.u = FAMILY_UNIFORM, uniform_params(fmt, wdtype, overflow)
     elif isinstance(fmt, Posit):
-        struct.family, struct.p = FAMILY_POSIT, _posit_params(fmt, wdtype)
+        struct.family, struct.p = FAMILY_POSIT, posit_params(fmt, wdtype)
     elif isinstance(fmt, Table):
         if wdtype != torch.float64:
             return None

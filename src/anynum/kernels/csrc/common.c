@@ -113,9 +113,11 @@ typedef struct { /* FixedPoint / IntFormat */
     int32_t step_pos, wrap;
 } any_uniform;
 
-typedef struct { /* Posit */
+typedef struct { /* Posit (cparams / positparams.posit_params) */
     double maxpos, minpos;
     int32_t n, es, scale_exp, lift, underflow_zero, one;
+    int32_t fast, pad; /* the fast path (posit.c) applies; its constants, as bits of W: */
+    int64_t zoff, zmask, min_bits, max_bits, tie_bits;
 } any_posit;
 
 typedef struct { /* Table: the arrays of Table.lookup(cpu), and a bucket index (cparams) */

@@ -12,7 +12,9 @@ static any_loop select_loop(const any_call *c) {
     switch (c->family) {
     case F_FLOAT: return tab[c->f.common ? (c->f.recip ? 2 : 1) : 0][c->mode];
     case F_UNIFORM: return tab[3 + (c->u.wrap != 0)][c->mode];
-    case F_POSIT: return tab[5][c->mode];
+    case F_POSIT:
+        if (c->p.fast && c->mode == M_SR) return c->wdt ? positfast_sr_f64 : positfast_sr_f32;
+        return tab[c->p.fast && !(c->mode == M_SRT && c->p.underflow_zero) ? 6 : 5][c->mode];
     case F_TABLE: return c->wdt ? table_loops_f64[c->mode] : (c->t.lut ? table_loops_f32[c->mode] : 0);
     default: return 0;
     }

@@ -39,7 +39,9 @@
     ELEM_LOOP(uniform_##M##_wrap, SFX(uniform_consts)(&c->u), SFX(uniform_k),                       \
               SFX(uniform_round)(x, &k, M, 1, base, index, rbits, two_r, &u))                            \
     ELEM_LOOP(posit_##M, SFX(posit_consts)(&c->p), SFX(posit_k),                                    \
-              SFX(posit_round)(x, &k, M, base, index, rbits, two_r, &u))
+              SFX(posit_round)(x, &k, M, base, index, rbits, two_r, &u)) \
+    ELEM_LOOP(positfast_##M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                        \
+              SFX(positfast_round)(x, &k, M, 1, base, index, rbits, two_r, &u, 0))
 
 FLOAT_LOOPS(0)
 FLOAT_LOOPS(1)
@@ -60,11 +62,60 @@ FLOAT_LOOPS(9)
     {SFX(PRE##0##POST), SFX(PRE##1##POST), SFX(PRE##2##POST), SFX(PRE##3##POST), SFX(PRE##4##POST),  \
      SFX(PRE##5##POST), SFX(PRE##6##POST), SFX(PRE##7##POST), SFX(PRE##8##POST), SFX(PRE##9##POST)}
 
-/* [variant][mode]: float any / common / recip, uniform clamp / wrap, posit */
-static const any_loop SFX(elem_loops)[6][M_COUNT] = {
+/* [variant][mode]: float any / common / recip, uniform clamp / wrap, posit, posit fast path */
+static const any_loop SFX(elem_loops)[7][M_COUNT] = {
     MODE_ROW(float_, _any),      MODE_ROW(float_, _common), MODE_ROW(float_, _recip),
-    MODE_ROW(uniform_, _clamp), MODE_ROW(uniform_, _wrap), MODE_ROW(posit_, ),
+    MODE_ROW(uniform_, _clamp), MODE_ROW(uniform_, _wrap), MODE_ROW(posit_, ), MODE_ROW(positfast_, ),
 };
+
+/* Exact SR on the posit fast path, by runs of PSR_RUN elements: the position as the exact dyadic
+   dropped / 2**pc, and the reference's ratio (a divide per element) only for the runs holding an
+   input that needs it (a binade where exponent bits are dropped, or below minpos with
+   underflow="zero"), redone whole; results go through a local array, as y may be x. */
+#define PSR_RUN 256
+static void SFX(positfast_sr)(const void *xv, void *yv, int64_t n, const any_call *c, const any_pos *at,
+                              int64_t *und) {
+    const W *xs = (const W *)xv;
+    W *ys = (W *)yv;
+    const SFX(positfast_k) k = SFX(positfast_consts)(&c->p);
+    const uint64_t base = at->base, step = (uint64_t)at->lstride;
+    int64_t count = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += PSR_RUN) {
+        const int64_t m = n - i0 < PSR_RUN ? n - i0 : PSR_RUN;
+        const uint64_t idx0 = at->idx0 + (uint64_t)i0 * step;
+        W yb[PSR_RUN];
+        int need = 0, cnt = 0;
+        uint64_t index = idx0;
+        for (int64_t j = 0; j < m; j++) {
+            int u = 0, nd = 0;
+            W x = xs[i0 + j];
+            W y = SFX(positfast_round)(x, &k, M_SR, 0, base, index, 0, 0.0, &u, &nd);
+            yb[j] = u ? x : y;
+            cnt += u;
+            need |= nd;
+            index += step;
+        }
+        if (need) {
+            cnt = 0;
+            index = idx0;
+            for (int64_t j = 0; j < m; j++) {
+                int u = 0;
+                W x = xs[i0 + j];
+                W y = SFX(positfast_round)(x, &k, M_SR, 1, base, index, 0, 0.0, &u, 0);
+                yb[j] = u ? x : y;
+                cnt += u;
+                index += step;
+            }
+        }
+        if (m == PSR_RUN) /* a constant size: copied with vector moves */
+            memcpy(ys + i0, yb, sizeof yb);
+        else
+            memcpy(ys + i0, yb, (size_t)m * sizeof(W));
+        count += cnt;
+    }
+    *und += count;
+}
+#undef PSR_RUN
 
 /* --- blocks: a chunk of whole blocks (or of one long block), each with its scale ---------------- */
 

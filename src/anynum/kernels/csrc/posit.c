@@ -119,4 +119,110 @@ ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t 
     return finite ? y : (W)NAN;
 }
 
+/* The fast path (anynum.kernels.positparams): where every posit value is a normal W, the bits
+ * dropped at a binade of W depend on its exponent alone, and the neighbours and the tie follow from
+ * the input's bits without the regime's clamps and selects. Every mode but SR with rand_bits under
+ * underflow="zero", which reads the dropped bits below minpos (the general loop). Integers in WI
+ * lanes: mixing int flags into them stops the vectoriser. */
+typedef struct {
+    WI zoff, zmask, min_bits, max_bits, tie_bits, floor_bits, eoff, kmin, pc0, pcmax, under_pc;
+    W minpos, maxpos;
+    int es;
+    WU one;
+} SFX(positfast_k);
+
+ANY_INLINE SFX(positfast_k) SFX(positfast_consts)(const any_posit *p) {
+    SFX(positfast_k) k;
+    k.zoff = (WI)p->zoff;
+    k.zmask = (WI)p->zmask;
+    k.min_bits = (WI)p->min_bits;
+    k.max_bits = (WI)p->max_bits;
+    k.tie_bits = (WI)p->tie_bits;
+    k.floor_bits = p->underflow_zero ? (WI)0 : k.min_bits;
+    k.under_pc = p->underflow_zero ? W_MAN + 1 : 0; /* below minpos, the ratio is needed */
+    k.eoff = (WI)p->scale_exp - W_BIAS;
+    k.kmin = -(WI)(p->n - 2);
+    k.pc0 = (WI)p->es + W_MAN - (WI)(p->n - 3); /* dropped bits at k = 0 */
+    k.pcmax = (WI)p->es + W_MAN;
+    k.minpos = (W)p->minpos;
+    k.maxpos = (W)p->maxpos;
+    k.es = p->es;
+    k.one = (WU)p->one;
+    return k;
+}
+
+/* GEOM = 0 (exact SR only): the position is the exact dropped / 2**pc everywhere, and *need is
+   set where that is wrong, so the caller redoes those inputs with GEOM = 1 (loops.c) */
+ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, const int GEOM,
+                                   uint64_t base, uint64_t index, int rbits, double two_r, int *und,
+                                   int *need) {
+    const int top_bit = 8 * (int)sizeof(WI) - 1;
+    const WI absmask = (WI)(~(WU)0 >> 1), inf_bits = (WI)SFX(bits)((W)INFINITY);
+    WI xb = (WI)SFX(bits)(x);
+    WI b = xb & absmask;
+    WI neg = x < (W)0; /* -0 and NaN are not negative */
+    /* bits kept after the regime of k: n - 3 - k (k >= 0), n - 3 - (-k - 1) (k < 0); none left
+       (pc > es + M) is beyond maxpos or below minpos, where nothing is dropped: the comparisons
+       with maxpos and minpos below settle those, and inf, NaN and subnormals with them */
+    WI kr = ((b >> W_MAN) + k->eoff) >> k->es;
+    WI pc = k->pc0 + (kr ^ (kr >> top_bit));
+    pc = pc < 0 ? 0 : pc;
+    pc = pc > k->pcmax ? 0 : pc;
+    WI z = (b + k->zoff) & k->zmask; /* the bit string after the regime */
+    WI step = SHLW(k->one, pc);
+    WI dropped = z & (step - 1);
+    WI lo = b - dropped;
+    /* the lower neighbour's last bit: of z, or the regime's final 1 in minpos's regime, where
+       nothing follows it (a padding zero, p < 0, drops nothing and never decides) */
+    WI parity = ((z >> pc) | (kr == k->kmin)) & 1;
+    WI under = b < k->min_bits;
+    WI inexact = under | (dropped != 0);
+    /* nearest: twice the dropped bits against the step, so nothing dropped never rounds up */
+    WI up;
+    if (M == M_RNE) up = under ? (b > k->tie_bits) : (dropped + dropped + parity > step);
+    else if (M == M_RNA) up = under ? (b >= k->tie_bits) : (dropped + dropped >= step);
+    else if (M == M_RNZ) up = under ? (b > k->tie_bits) : (dropped + dropped > step);
+    else if (M == M_RZ) up = 0;
+    else if (M == M_RU) up = inexact & (neg ^ 1);
+    else if (M == M_RD) up = inexact & neg;
+    else if (M == M_RO) up = under | (inexact & (parity ^ 1));
+    else if (M == M_SRU) up = inexact & (WI)sr_coin(base, index);
+    else if (M == M_SR && !GEOM) {
+        double exact = (double)dropped * f64_from((uint64_t)(1023 - (int64_t)pc) << 52);
+        up = sr_exact_up(exact, base, index, und);
+        /* one comparison: with two GCC finds no vector type */
+        *need = (int)((under ? k->under_pc : pc) > W_MAN);
+    } else if (M == M_SR) { /* value_position, as posit_round computes it */
+        WI over = b >= k->max_bits;
+        W lo_w = SFX(from)((WU)lo), hi_w = SFX(from)((WU)(lo + step));
+        lo_w = under ? (W)0 : (over ? k->maxpos : lo_w);
+        hi_w = under ? k->minpos : (over ? k->maxpos : hi_w);
+        double a64 = (double)SFX(from)((WU)b), lo64 = (double)lo_w, hi64 = (double)hi_w;
+        double gap = hi64 - lo64;
+        double ratio = (a64 - lo64) / (gap > 0.0 ? gap : 1.0);
+        double exact = (double)dropped * f64_from((uint64_t)(1023 - (int64_t)pc) << 52);
+        /* two selects: one on the combined flag leaves GCC without a vector type */
+        double pr = pc <= W_MAN ? exact : ratio;
+        pr = (under | over) ? ratio : pr;
+        uint64_t pbits = f64_bits(pr);
+        pbits = pbits > 0x3FEFFFFFFFFFFFFFull ? 0x3FEFFFFFFFFFFFFFull : pbits;
+        up = sr_exact_up(f64_from(pbits), base, index, und);
+    } else { /* frac_truncated; below minpos the result is minpos whatever the draw (drive.c) */
+        int64_t d = (int64_t)dropped, len = (int64_t)pc;
+        int64_t ush = rbits - len, dsh = len - rbits;
+        ush = ush < 0 ? 0 : (ush > 62 ? 62 : ush);
+        dsh = dsh < 0 ? 0 : (dsh > 62 ? 62 : dsh);
+        uint64_t kept_r = ((uint64_t)d << ush) >> dsh; /* the first rbits dropped bits */
+        /* sr_trunc_up in integers: kept_r and the draw are below 2**rbits <= 2**52, so the
+           float64 floor, scaling and sum there are exact */
+        up = kept_r + counter_bits(base, index, rbits) >= (uint64_t)two_r;
+    }
+    WI mag = lo + (up ? step : 0);
+    mag = under ? (up ? k->min_bits : 0) : mag;
+    mag = mag < k->floor_bits ? k->floor_bits : mag;
+    mag = mag > k->max_bits ? k->max_bits : mag;
+    WI y = ((b == 0) | (mag == 0)) ? 0 : (mag | (xb & ~absmask));
+    return b >= inf_bits ? (W)NAN : SFX(from)((WU)y);
+}
+
 #undef SHLW
