@@ -2,8 +2,8 @@
  *
  * The library is assembled by anynum.kernels.clib from the files of this directory, in the
  * order common.c, pool.c, table.c, the per-family templates (scalar.c, posit.c, loops.c,
- * tablelut.c, each pasted once for float and once for double working types), drive.c, and built
- * by anynum.kernels.nativelib.
+ * tablelut.c, each pasted once for float and once for double working types), blockthr.c, block.c,
+ * drive.c, and built by anynum.kernels.nativelib.
  *
  * Rules every kernel keeps (they are what makes the results equal the eager reference bit for
  * bit, `anynum.kernels.round_to_format` in the working dtype):
