@@ -276,3 +276,26 @@ def test_threshold_table_matches_reference(fmt: an.Block, cn) -> None:  # type: 
             cn.assert_same(an.quantize(xt, fmt, mode), want, x, (mode, "transposed"))
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_nvfp4_tensor_amax_from_the_block_pass(dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+    """NVFP4's tensor amax comes from the per-block amax pass (blocks holding inf or NaN read again
+    for their finite values): the largest finite value inside a block with NaN, then with inf, then
+    a tensor of only non-finite values (tensor scale 1); one and two threads."""
+    before = torch.get_num_threads()
+    try:
+        g = torch.Generator().manual_seed(11)
+        for special in (float("nan"), float("inf"), -float("inf")):
+            x = torch.randn(257, 48, generator=g)
+            x[100, 17] = 5000.0 if dtype != torch.float16 else 600.0  # the tensor's finite amax ...
+            x[100, 20] = special  # ... shares its block with a NaN or an infinity
+            x = x.to(dtype)
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                cn.check(fmt=an.NVFP4, x=x, modes=[Rounding.NEAREST_EVEN, Rounding.UP, Rounding.STOCHASTIC])
+        x = torch.full((64, 32), float("nan"), dtype=dtype)
+        x[::2, ::3] = float("inf")
+        cn.check(an.NVFP4, x, modes=[Rounding.NEAREST_EVEN, Rounding.STOCHASTIC])
+    finally:
+        torch.set_num_threads(before)

@@ -131,6 +131,7 @@ typedef struct {
     int cur_bad, cur_use_inv, finite_only;
     double cur_sc, cur_iv;
     const float *tab; /* the threshold path's rows for every scale value (blockthr.c), or NULL */
+    uint32_t *bam;    /* every block's amax bits (NVFP4 on 16- and 32-bit dtypes), or NULL */
     thr_keys km;
     uint64_t bits[POOL_MAX][8];
     int64_t und[POOL_MAX][8];
@@ -199,10 +200,22 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
            stray key inside the table) */
         const int shift = j->km.shift;
         const uint64_t key0 = j->km.key0, nk = (uint64_t)j->km.n;
+        double rq[BLOCK_CHUNK];
+        /* RU into the scale format multiplying by the step's exact reciprocal where the format has
+           one (UE4M3 in float64): the divide's bits, and a vector divide was half of this loop */
+        if (b->scale_fmt.recip) {
+            for (int64_t i = 0; i < nb; i++) {
+                int u = 0;
+                rq[i] = float_round_f64(q[i], &fk, M_RU, 0, 1, 0, 0, 0, 0.0, &u);
+            }
+        } else {
+            for (int64_t i = 0; i < nb; i++) {
+                int u = 0;
+                rq[i] = float_round_f64(q[i], &fk, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
+            }
+        }
         for (int64_t i = 0; i < nb; i++) {
-            int u = 0;
-            double s = float_round_f64(q[i], &fk, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
-            s = q[i] > 0.0 ? s : smin;
+            double s = q[i] > 0.0 ? rq[i] : smin;
             sc[i] = s * tmul; /* exact: Block's width rule (docs/block.md) */
             k[i] = (int64_t)((f64_bits(s) >> 52) & 0x7FF) - 1023;
             const uint64_t kk = (f64_bits(s) >> shift) - key0;
@@ -326,13 +339,54 @@ static void blocks_task(void *ctx, int part, int parts) {
         int use_inv = 1;
         uint64_t bits[BLOCK_CHUNK];
         int32_t key[BLOCK_CHUNK];
-        blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
+        if (j->bam)
+            for (int64_t b = 0; b < nb; b++) bits[b] = j->bam[g + b];
+        else
+            blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
         blocks_scales(j, bits, nb, sc, iv, bad, key);
         if (j->c->b.pow2)
             for (int64_t b = 0; b < nb; b++) use_inv &= iv[b] != 0.0;
         chunk(j, off, n, bs, sc, iv, bad, j->tab ? key : NULL, use_inv, idx0, und);
         g += nb;
     }
+}
+
+/* NVFP4's first pass: every block's amax bits into j->bam, and the finite amax of the part (blocks
+   holding inf or NaN are read again without those), for the tensor scale; the second pass
+   (blocks_task) then reads x once more instead of twice */
+static void bamax_task(void *ctx, int part, int parts) {
+    block_job *j = (block_job *)ctx;
+    const int tdt = j->c->tdt;
+    const size_t ts = any_tsize[tdt];
+    const int64_t bs = j->bs;
+    const uint64_t inf = any_inf_bits[tdt];
+    int64_t g = j->blocks * part / parts, g1 = j->blocks * (part + 1) / parts;
+    uint64_t top = 0;
+    while (g < g1) {
+        int64_t row = g / j->nblocks, blk = g % j->nblocks, start = blk * bs;
+        int64_t off = row * j->len + start;
+        int64_t nb = BLOCK_CHUNK / bs;
+        nb = nb < j->nblocks - blk ? nb : j->nblocks - blk;
+        nb = nb < g1 - g ? nb : g1 - g;
+        int64_t n = nb * bs < j->len - start ? nb * bs : j->len - start;
+        uint64_t bits[BLOCK_CHUNK];
+        int any_bad = 0;
+        blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
+        for (int64_t b = 0; b < nb; b++) { /* the arithmetic mask of amax_bits: this vectorises */
+            const uint64_t u = bits[b], ok = (uint64_t)0 - (uint64_t)(u < inf);
+            j->bam[g + b] = (uint32_t)u;
+            any_bad |= u >= inf;
+            top = (u & ok) > top ? (u & ok) : top;
+        }
+        for (int64_t b = 0; any_bad && b < nb; b++) {
+            if (bits[b] < inf) continue;
+            const int64_t s = b * bs, m = n - s < bs ? n - s : bs;
+            const uint64_t u = amax_bits(j->x + (off + s) * (int64_t)ts, tdt, m, 1);
+            top = u > top ? u : top;
+        }
+        g += nb;
+    }
+    j->bits[part][0] = top;
 }
 
 /* a range of a large extent [cur_off, cur_off + cur_n): its amax bits, or its elements */
@@ -385,8 +439,17 @@ int64_t anynum_round_blocks(const void *x, void *y, int64_t rows, int64_t len, c
     j.tscale = 1.0;
     int64_t total = rows * len;
     int parts = pool_parts(total, c->grain, threads);
+    if (c->b.tensor_scale && c->tdt != T_F64 && j.blocks >= parts && j.bs <= BLOCK_CHUNK)
+        j.bam = (uint32_t *)malloc((size_t)j.blocks * sizeof(uint32_t)); /* NULL: two amax passes */
     if (c->b.tensor_scale) { /* NVFP4: the per-tensor scale from the finite amax of everything */
-        double amax_t = bits_value(parallel_amax(&j, 0, total, 1, parts), c->tdt);
+        uint64_t top = 0;
+        if (j.bam) {
+            pool_run(bamax_task, &j, parts);
+            for (int p = 0; p < parts; p++) top = j.bits[p][0] > top ? j.bits[p][0] : top;
+        } else {
+            top = parallel_amax(&j, 0, total, 1, parts);
+        }
+        double amax_t = bits_value(top, c->tdt);
         double ts = round_up_into(&c->b.tensor_fmt, amax_t / c->b.tensor_den, c->b.tensor_min);
         j.tscale = amax_t > 0.0 ? ts : 1.0;
     }
@@ -408,6 +471,7 @@ int64_t anynum_round_blocks(const void *x, void *y, int64_t rows, int64_t len, c
             pool_run(elements_task, &j, parts);
         }
     }
+    free(j.bam);
     int64_t und = 0;
     for (int p = 0; p < parts; p++) und += j.und[p][0];
     return und;
