@@ -238,18 +238,21 @@ def _many_blocks(fmt: an.Block, tensor_max: float, cols: int, seed: int) -> torc
         an.NVFP4,
         an.Block(an.E2M1, 16, scale=UE4M3, scale_rule="amax"),
         an.Block(an.E2M1, 32, scale=UE4M3, scale_rule="amax"),
+        an.MXFP4_E2M1,  # power-of-two scales: a row per E8M0 exponent
+        an.Block(an.E2M1, 16, scale_rule="ceil"),
     ],
     ids=repr,
 )
 def test_threshold_table_matches_reference(fmt: an.Block, cn) -> None:  # type: ignore[no-untyped-def]
-    """NVFP4-like formats over many blocks take the threshold path's per-call table (blockthr.c): every
+    """FP4 blocks over many blocks take the threshold path's per-call table (blockthr.c): every
     block's edge case, every mode, float32 and the other dtypes, out= and in place, two threads, rows
     not a multiple of the block size, strided and transposed inputs."""
     before = torch.get_num_threads()
     try:
         for tensor_max, seed in ((3360.0, 0), (3361.7, 1), (1e30, 2)):
             x = _many_blocks(fmt, tensor_max, 64, seed)
-            assert x.numel() // fmt.block_size >= 4 * 143
+            blocks = x.shape[0] * -(-40 // fmt.block_size)  # in the 40-column rows, the fewest
+            assert blocks >= 4 * (255 if fmt.power_of_two_scales else 143)
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 cn.check(fmt, x)

@@ -219,7 +219,7 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
             sc[i] = s * tmul; /* exact: Block's width rule (docs/block.md) */
             k[i] = (int64_t)((f64_bits(s) >> 52) & 0x7FF) - 1023;
             const uint64_t kk = (f64_bits(s) >> shift) - key0;
-            key[i] = (int32_t)(bad[i] || kk > nk ? nk : kk);
+            key[i] = (int32_t)(bad[i] || kk >= nk ? nk : kk);
         }
         if (!b->pow2) { /* fl(1 / s) for BK_RCP; the threshold path (float32) does without */
             if (!(b->nthr > 0 && tdt == T_F32 && j->bs % BLOCK_G == 0)) /* see chunk() */
@@ -228,9 +228,13 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
         }
     }
     const int64_t qmin = c->wdt ? -1074 : -149, emax = c->wdt ? 1023 : 127;
+    const int shift = j->km.shift;
+    const uint64_t key0 = j->km.key0, nk = (uint64_t)j->km.n;
     for (int64_t i = 0; i < nb; i++) {
         sc[i] = f64_from((uint64_t)(k[i] + 1023) << 52);
         iv[i] = (-k[i] >= qmin && -k[i] <= emax) ? f64_from((uint64_t)(1023 - k[i]) << 52) : 0.0;
+        const uint64_t kk = (((uint64_t)(k[i] + 1023) << 52) >> shift) - key0; /* in range: see thr_key_map */
+        key[i] = (int32_t)(bad[i] || kk >= nk ? nk : kk);
     }
 }
 
@@ -454,8 +458,8 @@ int64_t anynum_round_blocks(const void *x, void *y, int64_t rows, int64_t len, c
         j.tscale = amax_t > 0.0 ? ts : 1.0;
     }
     float tab[16 * (THR_KEYS + 1)];
-    if (c->b.nthr > 0 && c->b.rule == R_AMAX && !c->b.pow2 && c->tdt == T_F32 && j.bs % BLOCK_G == 0 &&
-        j.bs <= BLOCK_CHUNK && thr_key_map(&c->b, &j.km) && j.blocks >= 4 * j.km.n) {
+    if (c->b.nthr > 0 && c->tdt == T_F32 && j.bs % BLOCK_G == 0 && j.bs <= BLOCK_CHUNK &&
+        thr_key_map(&c->b, &j.km) && j.blocks >= 4 * j.km.n) {
         thr_table(&c->b, &j.km, j.tscale, tab); /* pays for itself over this many blocks */
         j.tab = tab;
     }

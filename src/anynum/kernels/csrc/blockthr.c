@@ -11,7 +11,7 @@
  * same element, so the same bits.
  *
  * A block's seven thresholds and eight values depend on S alone. Where S = s * tscale with s from a
- * non-power-of-two scale format of few values (NVFP4: UE4M3, 143 keys) and the call has many more
+ * scale format of few values (NVFP4: UE4M3, 143 keys; MXFP4: E8M0, 255) and the call has many more
  * blocks than that, they are made once per call for every s (thr_table) and each block only looks
  * up its row: that work was a third of NVFP4's cost per element. Otherwise each chunk makes them
  * for its own blocks (thr_rows). */
@@ -58,7 +58,13 @@ static int thr_key_map(const any_block *B, thr_keys *m) {
     m->shift = 52 - mb;
     m->key0 = f64_bits(B->scale_min) >> m->shift;
     m->n = (int64_t)((f64_bits(B->scale_fmt.limit) >> m->shift) - m->key0) + 1;
-    return m->n <= THR_KEYS;
+    if (m->n > THR_KEYS) return 0;
+    if (!B->pow2) return 1; /* scales are values of the scale format: keys in [0, n) */
+    /* power-of-two scales 2**k, k in [kmin, kmax] (the rule's clamp): keys in [0, n) too? */
+    if (B->kmin < -1022 || B->kmax > 1023 || B->kmin > B->kmax) return 0;
+    const uint64_t lo = ((uint64_t)(B->kmin + 1023) << 52) >> m->shift;
+    const uint64_t hi = ((uint64_t)(B->kmax + 1023) << 52) >> m->shift;
+    return lo >= m->key0 && hi - m->key0 < (uint64_t)m->n;
 }
 
 /* rows for every key (scale value (key0 + key) << shift, times tscale; keys between the format's
