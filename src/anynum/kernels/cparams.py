@@ -411,7 +411,7 @@ def _thresholds(
     fmt: Block, mode: Rounding, overflow: str, dtype: torch.dtype
 ) -> tuple[list[float], list[float], int] | None:
     """The element's magnitudes, the decision points between neighbours and which of them round up
-    (a bit mask), for the C kernel's threshold path (block.c, ``thresh_chunk``); None where it does
+    (a bit mask), for the C kernel's threshold path (blockthr.c, ``thresh_chunk``); None where it does
     not apply.
 
     It applies to float32 tensors, saturating float elements with zero and at most 8 magnitudes,
