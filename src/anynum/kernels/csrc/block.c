@@ -159,7 +159,7 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
             key[i] = (int32_t)(bad[i] || kk >= nk ? nk : kk);
         }
         if (!b->pow2) { /* fl(1 / s) for BK_RCP; the threshold path (float32) does without */
-            if (!(b->nthr > 0 && tdt == T_F32 && j->bs % BLOCK_G == 0)) /* see chunk() */
+            if (!(b->nthr > 0 && !b->thr_lo && tdt == T_F32 && j->bs % BLOCK_G == 0)) /* see chunk() */
                 for (int64_t i = 0; i < nb; i++) iv[i] = 1.0 / sc[i];
             return;
         }
@@ -188,7 +188,10 @@ static void chunk(const block_job *j, int64_t off, int64_t n, int64_t bs, const 
     const char *x = j->x + off * (int64_t)ts;
     char *y = j->y + off * (int64_t)ts;
     int kind = block_kind(j->c, use_inv);
-    if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs))
+    if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs) && j->c->b.thr_lo)
+        thrq_chunk(j->c, (const float *)x, (float *)y, n, bs, sc, iv, bad, key ? j->tab : NULL, key, j->base, idx0,
+                   und);
+    else if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs))
         thresh_chunk(j->c, (const float *)x, (float *)y, n, bs, sc, bad, key ? j->tab : NULL, key);
     else if (j->c->wdt) block_chunk_f64(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
     else block_chunk_f32(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);

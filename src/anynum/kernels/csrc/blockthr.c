@@ -136,3 +136,105 @@ static void thresh_chunk(const any_call *c, const float *x, float *y, int64_t n,
     for (int64_t b = 0; b < nb; b++) off[b] = b;
     thr_elements(B, x, y, n, bs, rows, off, NB);
 }
+
+/* The threshold path's directed and stochastic modes (up, down, sr with and without rand_bits,
+ * sr_uniform) for non-power-of-two scales (NVFP4; cparams sets thr_lo), where the reference rounds
+ * q = fl(x / S) in float64. The thresholds are the element's grid points g_1..g_7 (toward zero's):
+ * |x| >= g * S iff |q| >= g (kernels.block's exactness argument), so they give, in float32 lanes,
+ * the grid neighbours lo <= |q| < hi (hi = lo = max past it: the reference saturates there whichever
+ * way it rounds). Only the fraction f = (|q| - lo) / (hi - lo) is formed in float64, from q of
+ * rcp_div: the reference's step is hi - lo, a power of two, so f is exact and equals the reference's
+ * |q| / step - floor(|q| / step). The mode then picks lo or hi on f (and x's sign, and the random
+ * bits), and the value is fl32(+-(lo or hi) * S) as in thr_elements. */
+#define THRQ_GROUPS(AWAY)                                                                            \
+    for (int64_t i = 0, b = 0, left = gpb; i < n; i += BLOCK_G) {                                    \
+        const int64_t m = n - i < BLOCK_G ? n - i : BLOCK_G;                                         \
+        float xv[BLOCK_G], yv[BLOCK_G];                                                              \
+        if (m == BLOCK_G) memcpy(xv, x + i, sizeof xv);                                              \
+        else for (int j = 0; j < BLOCK_G; j++) xv[j] = j < m ? x[i + j] : 0.0f;                      \
+        const float *p = rows + off[b];                                                              \
+        const float e0 = p[0], e1 = p[st], e2 = p[2 * st], e3 = p[3 * st], e4 = p[4 * st],          \
+                    e5 = p[5 * st], e6 = p[6 * st];                                                  \
+        const double S = sc[b], I = iv[b], Sm = bad[b] ? (double)NAN : sc[b];                       \
+        for (int j = 0; j < BLOCK_G; j++) {                                                          \
+            const uint64_t index = idx0 + (uint64_t)(i + j);                                         \
+            (void)index; /* the deterministic modes draw nothing */                                  \
+            const float xf = xv[j], a = fabsf(xf);                                                   \
+            float lo = a >= e0 ? g1 : g0, hi = a >= e0 ? g2 : g1;                                    \
+            lo = a >= e1 ? g2 : lo;                                                                  \
+            hi = a >= e1 ? g3 : hi;                                                                  \
+            lo = a >= e2 ? g3 : lo;                                                                  \
+            hi = a >= e2 ? g4 : hi;                                                                  \
+            lo = a >= e3 ? g4 : lo;                                                                  \
+            hi = a >= e3 ? g5 : hi;                                                                  \
+            lo = a >= e4 ? g5 : lo;                                                                  \
+            hi = a >= e4 ? g6 : hi;                                                                  \
+            lo = a >= e5 ? g6 : lo;                                                                  \
+            hi = a >= e5 ? g7 : hi;                                                                  \
+            lo = a >= e6 ? g7 : lo;                                                                  \
+            hi = a >= e6 ? g7 : hi;                                                                  \
+            /* 1 / (hi - lo) from the bits of the power of two (2**127 where hi = lo: f is then 0 or \
+               huge, and either choice is lo) */                                                     \
+            const float inv = f32_from(0x7F000000u - f32_bits(hi - lo));                             \
+            const double q = rcp_div_f64((double)xf, S, I);                                          \
+            const double f = (fabs(q) - (double)lo) * (double)inv;                                   \
+            (void)f;                                                                                 \
+            int u = 0;                                                                               \
+            const int away = AWAY;                                                                   \
+            const float r = copysignf(away ? hi : lo, xf) + zadd;                                    \
+            yv[j] = (float)((double)r * Sm);                                                         \
+            cv[j] += u;                                                                              \
+        }                                                                                            \
+        if (m == BLOCK_G) memcpy(y + i, yv, sizeof yv);                                              \
+        else for (int j = 0; j < m; j++) y[i + j] = yv[j];                                           \
+        if (--left == 0) {                                                                           \
+            b++;                                                                                     \
+            left = gpb;                                                                              \
+        }                                                                                            \
+    }
+
+static void thrq_elements(const any_call *c, const float *x, float *y, int64_t n, int64_t bs, const float *rows,
+                          const int64_t *off, int64_t st, const double *sc, const double *iv, const int *bad,
+                          uint64_t base, uint64_t idx0, int64_t *und) {
+    enum { NB = BLOCK_CHUNK / BLOCK_G };
+    const any_block *B = &c->b;
+    const float zadd = B->ef.negative_zero ? -0.0f : 0.0f;
+    const int64_t gpb = n <= bs ? NB + 1 : bs / BLOCK_G;
+    const int K = B->nthr;
+    const float g0 = (float)B->grid[0], g1 = (float)B->grid[1 <= K ? 1 : K], g2 = (float)B->grid[2 <= K ? 2 : K],
+                g3 = (float)B->grid[3 <= K ? 3 : K], g4 = (float)B->grid[4 <= K ? 4 : K],
+                g5 = (float)B->grid[5 <= K ? 5 : K], g6 = (float)B->grid[6 <= K ? 6 : K],
+                g7 = (float)B->grid[7 <= K ? 7 : K];
+    const int rbits = c->rand_bits;
+    const double two_r = c->two_r;
+    int64_t cv[BLOCK_G] = {0};
+    /* up and down need only whether q is off the grid: |q| > lo iff |x| != lo * S (both exact
+       doubles, and x / S off lo by more than half an ulp of lo when they differ), so no quotient */
+    if (c->mode == M_RU) THRQ_GROUPS((fabs((double)xf) != (double)lo * S) & (xf > 0.0f))
+    else if (c->mode == M_RD) THRQ_GROUPS((fabs((double)xf) != (double)lo * S) & (xf < 0.0f))
+    else if (c->mode == M_SR) THRQ_GROUPS(sr_exact_up(f, base, index, &u))
+    else if (c->mode == M_SRT) THRQ_GROUPS(sr_trunc_up(f, base, index, rbits, two_r))
+    else THRQ_GROUPS((f > 0.0) & sr_coin(base, index))
+    int64_t count = 0;
+    for (int j = 0; j < BLOCK_G; j++) count += cv[j];
+    *und += count;
+}
+
+/* thresh_chunk for the modes of thrq_elements; iv[b] = fl(1 / sc[b]) */
+static void thrq_chunk(const any_call *c, const float *x, float *y, int64_t n, int64_t bs, const double *sc,
+                       const double *iv, const int *bad, const float *tab, const int32_t *key, uint64_t base,
+                       uint64_t idx0, int64_t *und) {
+    enum { NB = BLOCK_CHUNK / BLOCK_G };
+    const any_block *B = &c->b;
+    const int64_t nb = (n + bs - 1) / bs;
+    int64_t off[NB];
+    if (tab) {
+        for (int64_t b = 0; b < nb; b++) off[b] = key[b];
+        thrq_elements(c, x, y, n, bs, tab, off, THR_KEYS + 1, sc, iv, bad, base, idx0, und);
+        return;
+    }
+    float rows[16 * NB];
+    thr_rows(B, sc, bad, nb, rows, NB);
+    for (int64_t b = 0; b < nb; b++) off[b] = b;
+    thrq_elements(c, x, y, n, bs, rows, off, NB, sc, iv, bad, base, idx0, und);
+}

@@ -141,8 +141,9 @@ typedef struct { /* Block: scale rule, then the element format's own rounding */
     int32_t rcp; /* non-power-of-two scales may form x / scale as BK_RCP (loops.c; cparams._rcp_ok) */
     /* the threshold path (blockthr.c; cparams._thresholds): nthr > 0 decision points
        thr[i] between the element magnitudes grid[i] and grid[i + 1], which round up where bit i of
-       thr_incl is set */
-    int32_t nthr, thr_incl;
+       thr_incl is set; thr_lo: the thresholds are the grid points, for the directed and stochastic
+       modes of non-power-of-two scales (thrq_elements) */
+    int32_t nthr, thr_incl, thr_lo;
     double grid[16], thr[16]; /* at most 8 and 7 used */
 } any_block;
 
