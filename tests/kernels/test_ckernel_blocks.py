@@ -198,3 +198,107 @@ def test_block_quotients_from_the_reciprocal_are_the_divisions() -> None:
     )
     want = x.double() / s
     assert torch.equal(got.view(torch.int64), want.view(torch.int64))
+
+
+def _many_blocks(fmt: an.Block, tensor_max: float, cols: int, seed: int) -> torch.Tensor:
+    """float32 rows of `cols` elements, enough blocks for the threshold path's per-call table (more
+    than four per scale value): the decision-point rows above, plus blocks of zeros, with NaN, inf
+    and -inf, blocks small enough for subnormal UE4M3 scales (and below the smallest), blocks whose
+    amax is a power of two or an exact scale value times the divisor (so amax / divisor is a value of
+    the scale format), and blocks past the scale format's max (saturating where no tensor scale
+    bounds it)."""
+    g = torch.Generator().manual_seed(seed)
+    bs = fmt.block_size
+    assert bs is not None
+    parts = [_on_decision_points(fmt, tensor_max, seed + k).reshape(-1, cols) for k in range(4)]
+    rows = 400
+    x = torch.randn(rows, cols, generator=g) * torch.exp2(torch.randint(-40, 12, (rows, 1), generator=g))
+    x[0] = 0.0
+    x[1, 3] = float("nan")
+    x[2, bs + 1] = float("inf")
+    x[3, cols - 1] = -float("inf")
+    x[4:40] *= 2.0**-30 / x[4:40].abs().amax(dim=1, keepdim=True)  # subnormal and tiny scales
+    x[40:80] /= x[40:80].abs().amax(dim=1, keepdim=True)  # amax 1 exactly, then powers of two
+    x[40:80] *= torch.exp2(torch.randint(-20, 11, (40, 1), generator=g)).float()
+    svals = torch.from_numpy(fmt.scale.values()).double()
+    svals = svals[torch.isfinite(svals) & (svals > 0)]
+    den = fmt.element.max * (tensor_max / (fmt.element.max * fmt.scale.max) if fmt.tensor_scale else 1.0)
+    pick = svals[torch.randint(0, svals.numel(), (40,), generator=g)] * den
+    x[80:120] *= (pick / x[80:120].abs().amax(dim=1).double()).float()[:, None]  # amax ~ value * divisor
+    x[80:120, 0] = pick.float()
+    x[120:130] *= 1e4  # past the scale format's max without a tensor scale
+    x = torch.cat([*parts, x])
+    x[0, 0] = tensor_max
+    return x
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        an.NVFP4,
+        an.Block(an.E2M1, 16, scale=UE4M3, scale_rule="amax"),
+        an.Block(an.E2M1, 32, scale=UE4M3, scale_rule="amax"),
+        an.MXFP4_E2M1,  # power-of-two scales: a row per E8M0 exponent
+        an.Block(an.E2M1, 16, scale_rule="ceil"),
+    ],
+    ids=repr,
+)
+def test_threshold_table_matches_reference(fmt: an.Block, cn) -> None:  # type: ignore[no-untyped-def]
+    """FP4 blocks over many blocks take the threshold path's per-call table (blockthr.c): every
+    block's edge case, every mode, float32 and the other dtypes, out= and in place, two threads, rows
+    not a multiple of the block size, strided and transposed inputs."""
+    before = torch.get_num_threads()
+    try:
+        for tensor_max, seed in ((3360.0, 0), (3361.7, 1), (1e30, 2)):
+            x = _many_blocks(fmt, tensor_max, 64, seed)
+            blocks = x.shape[0] * -(-40 // fmt.block_size)  # in the 40-column rows, the fewest
+            assert blocks >= 4 * (255 if fmt.power_of_two_scales else 143)
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                cn.check(fmt, x)
+            cn.check(fmt, x[:, :40].contiguous())  # a short last block in every row
+            for dtype in (torch.float64, torch.float16, torch.bfloat16):
+                try:
+                    check_representable(fmt, dtype)
+                except an.AnynumError:
+                    continue
+                cn.check(fmt, x.to(dtype), modes=[Rounding.NEAREST_EVEN, Rounding.STOCHASTIC])
+        for mode in (Rounding.NEAREST_EVEN, Rounding.TOWARD_ZERO, Rounding.NEAREST_AWAY):
+            want = cn.reference(fmt, mode, "saturate", None, x)
+            out = torch.empty_like(x)
+            cn.assert_same(cn.native(fmt, mode, "saturate", None, x, out=out), want, x, (mode, "out="))
+            inplace = x.clone()
+            cn.assert_same(
+                cn.native(fmt, mode, "saturate", None, inplace, out=inplace), want, x, (mode, "in place")
+            )
+            wide = torch.zeros(x.shape[0], 2 * x.shape[1])
+            wide[:, ::2] = x
+            view = wide[:, ::2]  # strided
+            cn.assert_same(an.quantize(view, fmt, mode), want, x, (mode, "strided"))
+            xt = x.t().contiguous().t()  # column-major
+            cn.assert_same(an.quantize(xt, fmt, mode), want, x, (mode, "transposed"))
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_nvfp4_tensor_amax_from_the_block_pass(dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+    """NVFP4's tensor amax comes from the per-block amax pass (blocks holding inf or NaN read again
+    for their finite values): the largest finite value inside a block with NaN, then with inf, then
+    a tensor of only non-finite values (tensor scale 1); one and two threads."""
+    before = torch.get_num_threads()
+    try:
+        g = torch.Generator().manual_seed(11)
+        for special in (float("nan"), float("inf"), -float("inf")):
+            x = torch.randn(257, 48, generator=g)
+            x[100, 17] = 5000.0 if dtype != torch.float16 else 600.0  # the tensor's finite amax ...
+            x[100, 20] = special  # ... shares its block with a NaN or an infinity
+            x = x.to(dtype)
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                cn.check(fmt=an.NVFP4, x=x, modes=[Rounding.NEAREST_EVEN, Rounding.UP, Rounding.STOCHASTIC])
+        x = torch.full((64, 32), float("nan"), dtype=dtype)
+        x[::2, ::3] = float("inf")
+        cn.check(an.NVFP4, x, modes=[Rounding.NEAREST_EVEN, Rounding.STOCHASTIC])
+    finally:
+        torch.set_num_threads(before)

@@ -71,7 +71,7 @@ def source_text() -> str:
         defines += f"#define SFX(n) CAT(n, _{suffix})\n"
         undefs = "".join(f"#undef {k}\n" for k in (*macros, "SFX"))
         parts += [defines, *(read(t) for t in _TEMPLATES), undefs]
-    parts += [read("block.c"), read("drive.c")]
+    parts += [read("blockscan.c"), read("blockthr.c"), read("block.c"), read("drive.c")]
     return "\n".join(parts)
 
 

@@ -145,16 +145,13 @@ class BlockParams(ctypes.Structure):
         ("scale_fmt", FloatParams),
         ("tensor_fmt", FloatParams),
         ("eu", UniformParams),
-        *(
-            (name, ctypes.c_double)
-            for name in ("ceil_sig", "elem_max", "scale_min", "tensor_min", "tensor_den")
-        ),
+        *((n, ctypes.c_double) for n in ("ceil_sig", "elem_max", "scale_min", "tensor_min", "tensor_den")),
         ("block_size", ctypes.c_int64),
         *(
             (name, ctypes.c_int32)
             for name in (
                 "elem_family", "rule", "pow2", "kmin", "kmax", "elem_emax", "symmetric", "fix_tiny",
-                "tensor_scale", "sat_dtype", "rcp", "nthr", "thr_incl",
+                "tensor_scale", "sat_dtype", "rcp", "nthr", "thr_incl", "thr_lo",
             )
         ),
         ("grid", ctypes.c_double * 16),
@@ -335,9 +332,10 @@ def _block_params(
         sat_dtype=int(saturate_to_dtype_needed(fmt, overflow, dtype)),
         rcp=int(_rcp_ok(fmt, dtype)),
     )
-    thresholds = _thresholds(fmt, mode, overflow, dtype)
+    lo = int(mode in _THRESHOLD_LO_MODES and bool(params.rcp))  # grid points bound |x / S| (blockthr.c)
+    thresholds = _thresholds(fmt, Rounding.TOWARD_ZERO if lo else mode, overflow, dtype)
     if thresholds is not None:
-        grid, thr, params.thr_incl = thresholds
+        grid, thr, params.thr_incl, params.thr_lo = (*thresholds, lo)
         params.nthr = len(thr)
         params.grid[: len(grid)] = grid
         params.thr[: len(thr)] = thr
@@ -382,13 +380,14 @@ def _rcp_ok(fmt: Block, dtype: torch.dtype) -> bool:
 
 
 _THRESHOLD_MODES = (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.NEAREST_ZERO, Rounding.TOWARD_ZERO)
+_THRESHOLD_LO_MODES = (Rounding.UP, Rounding.DOWN, Rounding.STOCHASTIC, Rounding.STOCHASTIC_UNIFORM)
 
 
 def _thresholds(
     fmt: Block, mode: Rounding, overflow: str, dtype: torch.dtype
 ) -> tuple[list[float], list[float], int] | None:
     """The element's magnitudes, the decision points between neighbours and which of them round up
-    (a bit mask), for the C kernel's threshold path (block.c, ``thresh_chunk``); None where it does
+    (a bit mask), for the C kernel's threshold path (blockthr.c, ``thresh_chunk``); None where it does
     not apply.
 
     It applies to float32 tensors, saturating float elements with zero and at most 8 magnitudes,

@@ -1,63 +1,9 @@
 /* The block-format entry point: anynum_round_blocks (the blocked axis last and contiguous) and its
- * helpers: each block's amax and scale, the threshold path (float32 FP4 elements), the chunks the
- * element loops (loops.c) round, and the tensor amax of NVFP4. Returns the number of exact-SR
+ * helpers: each block's scale from its amax (blockscan.c), the chunks that the threshold path
+ * (blockthr.c) or the element loops (loops.c) round, and NVFP4's tensor scale. Returns the number of exact-SR
  * elements left undecided, or -1 when the call names a loop this library does not have; calls with
  * undecided elements, or with results past the dtype's max, are redone by the router's next kernel.
  */
-
-static const uint64_t any_abs_mask[4] = {0x7FFFu, 0x7FFFu, 0x7FFFFFFFu, 0x7FFFFFFFFFFFFFFFull};
-static const uint64_t any_inf_bits[4] = {0x7C00u, 0x7F80u, 0x7F800000u, 0x7FF0000000000000ull};
-
-/* the largest |x| as bits (ordered like the magnitudes; NaN above inf); finite_only: ignore
-   inf and NaN (the NVFP4 tensor amax). The exclusion is an arithmetic mask: GCC 12 does not
-   vectorise a max reduction fed by a select. */
-#define AMAX_LOOP(T, MASK, INF)                                                                      \
-    {                                                                                                \
-        const T *h = (const T *)x;                                                                   \
-        const T lim = finite_only ? (T)(INF) : (T)~(T)0;                                             \
-        T m = 0;                                                                                     \
-        for (int64_t i = 0; i < n; i++) {                                                            \
-            T a = h[i] & (T)(MASK);                                                                  \
-            a &= (T)0 - (T)(a < lim);                                                                \
-            m = a > m ? a : m;                                                                       \
-        }                                                                                            \
-        return m;                                                                                    \
-    }
-
-static uint64_t amax_bits(const char *x, int tdt, int64_t n, int finite_only) {
-    if (tdt == T_F16) AMAX_LOOP(uint16_t, 0x7FFFu, 0x7C00u)
-    if (tdt == T_BF16) AMAX_LOOP(uint16_t, 0x7FFFu, 0x7F80u)
-    if (tdt == T_F32) AMAX_LOOP(uint32_t, 0x7FFFFFFFu, 0x7F800000u)
-    AMAX_LOOP(uint64_t, 0x7FFFFFFFFFFFFFFFull, 0x7FF0000000000000ull)
-}
-
-/* amax_bits of each block of bs elements in x[0, n) (the last may be short), one call per chunk */
-#define BLOCKS_AMAX(T, MASK)                                                                         \
-    {                                                                                                \
-        const T *h = (const T *)x;                                                                   \
-        for (int64_t b = 0, s = 0; s < n; b++, s += bs) {                                            \
-            int64_t e = n - s < bs ? n : s + bs;                                                     \
-            T m = 0;                                                                                 \
-            for (int64_t i = s; i < e; i++) {                                                        \
-                T a = h[i] & (T)(MASK);                                                              \
-                m = a > m ? a : m;                                                                   \
-            }                                                                                        \
-            out[b] = m;                                                                              \
-        }                                                                                            \
-    }
-
-ANY_INLINE void blocks_amax_bs(const char *x, int tdt, int64_t n, const int64_t bs, uint64_t *out) {
-    if (tdt <= T_BF16) BLOCKS_AMAX(uint16_t, 0x7FFFu)
-    else if (tdt == T_F32) BLOCKS_AMAX(uint32_t, 0x7FFFFFFFu)
-    else BLOCKS_AMAX(uint64_t, 0x7FFFFFFFFFFFFFFFull)
-}
-
-static void blocks_amax(const char *x, int tdt, int64_t n, int64_t bs, uint64_t *out) {
-    /* the MX and NVFP4 block sizes as constants: the compiler unrolls each block's reduction */
-    if (bs == 32) blocks_amax_bs(x, tdt, n, 32, out);
-    else if (bs == 16) blocks_amax_bs(x, tdt, n, 16, out);
-    else blocks_amax_bs(x, tdt, n, bs, out);
-}
 
 static double bits_value(uint64_t bits, int tdt) {
     if (tdt == T_F16) return (double)half_to_float((uint16_t)bits);
@@ -121,6 +67,9 @@ typedef struct {
     uint64_t cur_idx;
     int cur_bad, cur_use_inv, finite_only;
     double cur_sc, cur_iv;
+    const float *tab; /* the threshold path's rows for every scale value (blockthr.c), or NULL */
+    uint32_t *bam;    /* every block's amax bits (NVFP4 on 16- and 32-bit dtypes), or NULL */
+    thr_keys km;
     uint64_t bits[POOL_MAX][8];
     int64_t und[POOL_MAX][8];
 } block_job;
@@ -142,7 +91,8 @@ ANY_INLINE void block_values(const block_job *j, uint64_t bits, int *bad, double
 }
 
 /* block_values for the nb blocks of a chunk, in loops over the blocks (which vectorise) */
-static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, double *sc, double *iv, int *bad) {
+static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, double *sc, double *iv, int *bad,
+                          int32_t *key) {
     const any_call *c = j->c;
     const any_block *b = &c->b;
     const int tdt = c->tdt;
@@ -182,62 +132,47 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
         } else {
             for (int64_t i = 0; i < nb; i++) q[i] = (bad[i] ? 0.0 : amax[i]) / den;
         }
+        /* each block's row of the threshold table (blockthr.c), NaN blocks the last: s is a value
+           of the scale format in [scale_min, limit], so its key is in range (the test keeps a
+           stray key inside the table) */
+        const int shift = j->km.shift;
+        const uint64_t key0 = j->km.key0, nk = (uint64_t)j->km.n;
+        double rq[BLOCK_CHUNK];
+        /* RU into the scale format multiplying by the step's exact reciprocal where the format has
+           one (UE4M3 in float64): the divide's bits, and a vector divide was half of this loop */
+        if (b->scale_fmt.recip) {
+            for (int64_t i = 0; i < nb; i++) {
+                int u = 0;
+                rq[i] = float_round_f64(q[i], &fk, M_RU, 0, 1, 0, 0, 0, 0.0, &u);
+            }
+        } else {
+            for (int64_t i = 0; i < nb; i++) {
+                int u = 0;
+                rq[i] = float_round_f64(q[i], &fk, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
+            }
+        }
         for (int64_t i = 0; i < nb; i++) {
-            int u = 0;
-            double s = float_round_f64(q[i], &fk, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
-            s = q[i] > 0.0 ? s : smin;
+            double s = q[i] > 0.0 ? rq[i] : smin;
             sc[i] = s * tmul; /* exact: Block's width rule (docs/block.md) */
             k[i] = (int64_t)((f64_bits(s) >> 52) & 0x7FF) - 1023;
+            const uint64_t kk = (f64_bits(s) >> shift) - key0;
+            key[i] = (int32_t)(bad[i] || kk >= nk ? nk : kk);
         }
         if (!b->pow2) { /* fl(1 / s) for BK_RCP; the threshold path (float32) does without */
-            if (!(b->nthr > 0 && tdt == T_F32 && j->bs % BLOCK_G == 0)) /* see chunk() */
+            if (!(b->nthr > 0 && !b->thr_lo && tdt == T_F32 && j->bs % BLOCK_G == 0)) /* see chunk() */
                 for (int64_t i = 0; i < nb; i++) iv[i] = 1.0 / sc[i];
             return;
         }
     }
     const int64_t qmin = c->wdt ? -1074 : -149, emax = c->wdt ? 1023 : 127;
+    const int shift = j->km.shift;
+    const uint64_t key0 = j->km.key0, nk = (uint64_t)j->km.n;
     for (int64_t i = 0; i < nb; i++) {
         sc[i] = f64_from((uint64_t)(k[i] + 1023) << 52);
         iv[i] = (-k[i] >= qmin && -k[i] <= emax) ? f64_from((uint64_t)(1023 - k[i]) << 52) : 0.0;
+        const uint64_t kk = (((uint64_t)(k[i] + 1023) << 52) >> shift) - key0; /* in range: see thr_key_map */
+        key[i] = (int32_t)(bad[i] || kk >= nk ? nk : kk);
     }
-}
-
-/* Results that came out infinite in the dtype from finite inputs (x near the dtype's max, a scale
-   rounded up): the reference then saturates within the dtype (kernels.block._saturate_to_dtype),
-   which this library leaves to it. Counted on the bits; y may be x (in place), so the caller keeps
-   x elsewhere when this can happen. */
-static int64_t count_overflow(const char *x, const char *y, int tdt, int64_t n) {
-    const uint64_t mask = any_abs_mask[tdt], inf = any_inf_bits[tdt];
-    int64_t k = 0;
-    if (tdt <= T_BF16) {
-        const uint16_t *a = (const uint16_t *)x, *b = (const uint16_t *)y;
-        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
-    } else if (tdt == T_F32) {
-        const uint32_t *a = (const uint32_t *)x, *b = (const uint32_t *)y;
-        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
-    } else {
-        const uint64_t *a = (const uint64_t *)x, *b = (const uint64_t *)y;
-        for (int64_t i = 0; i < n; i++) k += ((b[i] & mask) == inf) & ((a[i] & mask) < inf);
-    }
-    return k;
-}
-
-static const double any_dtype_max[4] = {65504.0, 0x1.FEp127, 0x1.FFFFFEp127, 0x1.FFFFFFFFFFFFFp1023};
-
-/* Whether no result of the chunk can pass the dtype's max: every element value (saturated, so at
-   most the element's largest magnitude) times its block's scale stays at or below it, exactly in
-   float64 (Block's width rule). Blocks holding NaN/inf give NaN, not inf. Then count_overflow
-   would find nothing, and the pass over the chunk is skipped. */
-static int below_dtype_max(const any_call *c, int64_t n, int64_t bs, const double *sc, const int *bad) {
-    const any_block *b = &c->b;
-    double top = 0.0;
-    for (int64_t i = 0, nb = (n + bs - 1) / bs; i < nb; i++) top = (!bad[i] && sc[i] > top) ? sc[i] : top;
-    double emag = b->elem_max;
-    if (b->elem_family == F_UNIFORM) {
-        double lo = fabs(b->eu.code_min * b->eu.step), hi = fabs(b->eu.code_max * b->eu.step);
-        emag = lo > hi ? lo : hi;
-    }
-    return emag * top <= any_dtype_max[c->tdt];
 }
 
 /* how the element loop forms x / scale (BK_*, loops.c); use_inv: every power-of-two scale of the
@@ -247,81 +182,17 @@ static int block_kind(const any_call *c, int use_inv) {
     return c->b.rcp && c->wdt ? BK_RCP : BK_DIV;
 }
 
-/* The threshold path: float32 in and out, an element with at most 8 magnitudes, a mode whose
- * rounding of |q| is the same for both signs (cparams._thresholds). For a block of scale S the
- * element index of |x| / S is the number of decision points t_i with |x| beyond t_i * S (at or
- * beyond where ties go up), compared exactly: t_i * S is exact in float64 (Block's width rule), and
- * for float32 |x| and a real T, |x| >= T iff |x| >= RU32(T), |x| > T iff |x| >= the next float32
- * above T. The value is the float32 rounding of grid[index] * S (as the reference's float64 product
- * converts to float32), with x's sign (plus 0 or -0, as the element keeps -0 or not); blocks holding
- * NaN/inf get NaN. The reference rounds fl(x / S), which its exactness argument (kernels.block) puts
- * on the same side of every t_i as the exact quotient: the same element, so the same bits. Blocks
- * hold whole groups of BLOCK_G (or the chunk is one block); a short last group is padded. The seven
- * comparisons are written out (missing ones compare with +inf): a loop over them around the lane
- * loop makes GCC unroll the lanes into scalar code. */
-#define THR_MAX 7
-static void thresh_chunk(const any_call *c, const float *x, float *y, int64_t n, int64_t bs, const double *sc,
-                         const int *bad) {
-    enum { NB = BLOCK_CHUNK / BLOCK_G };
-    const any_block *B = &c->b;
-    const int K = B->nthr;
-    const int64_t nb = (n + bs - 1) / bs;
-    float val[THR_MAX + 1][NB], thr[THR_MAX][NB];
-    for (int i = 0; i <= THR_MAX; i++) {
-        const double g = B->grid[i <= K ? i : K];
-        for (int64_t b = 0; b < nb; b++) val[i][b] = bad[b] ? NAN : (float)(g * sc[b]);
-    }
-    for (int i = 0; i < THR_MAX; i++) {
-        const double t = i < K ? B->thr[i] : INFINITY;
-        const uint32_t strict = !((B->thr_incl >> i) & 1);
-        for (int64_t b = 0; b < nb; b++) {
-            const double T = t * sc[b];
-            const float f = (float)T; /* T > 0: f is 0, positive, or inf */
-            const double fd = (double)f;
-            /* RU32(T) (ties up), or the next float32 above T: one up from f where f falls short */
-            const uint32_t up = (uint32_t)(fd < T) | (strict & (uint32_t)(fd == T));
-            thr[i][b] = f32_from(f32_bits(f) + up);
-        }
-    }
-    const float zadd = B->ef.negative_zero ? -0.0f : 0.0f;
-    const int64_t gpb = n <= bs ? NB + 1 : bs / BLOCK_G;
-    for (int64_t i = 0, b = 0, left = gpb; i < n; i += BLOCK_G) {
-        const int64_t m = n - i < BLOCK_G ? n - i : BLOCK_G;
-        float xv[BLOCK_G], yv[BLOCK_G];
-        if (m == BLOCK_G) memcpy(xv, x + i, sizeof xv);
-        else for (int j = 0; j < BLOCK_G; j++) xv[j] = j < m ? x[i + j] : 0.0f;
-        const float e0 = thr[0][b], e1 = thr[1][b], e2 = thr[2][b], e3 = thr[3][b], e4 = thr[4][b],
-                    e5 = thr[5][b], e6 = thr[6][b];
-        const float v0 = val[0][b], v1 = val[1][b], v2 = val[2][b], v3 = val[3][b], v4 = val[4][b],
-                    v5 = val[5][b], v6 = val[6][b], v7 = val[7][b];
-        for (int j = 0; j < BLOCK_G; j++) { /* the thresholds rise: the last one passed wins */
-            const float a = fabsf(xv[j]);
-            float v = a >= e0 ? v1 : v0;
-            v = a >= e1 ? v2 : v;
-            v = a >= e2 ? v3 : v;
-            v = a >= e3 ? v4 : v;
-            v = a >= e4 ? v5 : v;
-            v = a >= e5 ? v6 : v;
-            v = a >= e6 ? v7 : v;
-            yv[j] = copysignf(v, xv[j]) + zadd;
-        }
-        if (m == BLOCK_G) memcpy(y + i, yv, sizeof yv);
-        else for (int j = 0; j < m; j++) y[i + j] = yv[j];
-        if (--left == 0) {
-            b++;
-            left = gpb;
-        }
-    }
-}
-
 static void chunk(const block_job *j, int64_t off, int64_t n, int64_t bs, const double *sc, const double *iv,
-                  const int *bad, int use_inv, uint64_t idx0, int64_t *und) {
+                  const int *bad, const int32_t *key, int use_inv, uint64_t idx0, int64_t *und) {
     size_t ts = any_tsize[j->c->tdt];
     const char *x = j->x + off * (int64_t)ts;
     char *y = j->y + off * (int64_t)ts;
     int kind = block_kind(j->c, use_inv);
-    if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs))
-        thresh_chunk(j->c, (const float *)x, (float *)y, n, bs, sc, bad);
+    if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs) && j->c->b.thr_lo)
+        thrq_chunk(j->c, (const float *)x, (float *)y, n, bs, sc, iv, bad, key ? j->tab : NULL, key, j->base, idx0,
+                   und);
+    else if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs))
+        thresh_chunk(j->c, (const float *)x, (float *)y, n, bs, sc, bad, key ? j->tab : NULL, key);
     else if (j->c->wdt) block_chunk_f64(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
     else block_chunk_f32(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
     if (j->c->b.sat_dtype && x != y && !below_dtype_max(j->c, n, bs, sc, bad))
@@ -333,7 +204,7 @@ static void long_block(const block_job *j, int64_t off, int64_t n, uint64_t idx0
                        double iv, int64_t *und) {
     for (int64_t o = 0; o < n; o += BLOCK_CHUNK) {
         int64_t m = n - o < BLOCK_CHUNK ? n - o : BLOCK_CHUNK;
-        chunk(j, off + o, m, m, &sc, &iv, &bad, iv != 0.0, idx0 + (uint64_t)o, und);
+        chunk(j, off + o, m, m, &sc, &iv, &bad, NULL, iv != 0.0, idx0 + (uint64_t)o, und);
     }
 }
 
@@ -366,13 +237,55 @@ static void blocks_task(void *ctx, int part, int parts) {
         int64_t n = nb * bs < j->len - start ? nb * bs : j->len - start;
         int use_inv = 1;
         uint64_t bits[BLOCK_CHUNK];
-        blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
-        blocks_scales(j, bits, nb, sc, iv, bad);
+        int32_t key[BLOCK_CHUNK];
+        if (j->bam)
+            for (int64_t b = 0; b < nb; b++) bits[b] = j->bam[g + b];
+        else
+            blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
+        blocks_scales(j, bits, nb, sc, iv, bad, key);
         if (j->c->b.pow2)
             for (int64_t b = 0; b < nb; b++) use_inv &= iv[b] != 0.0;
-        chunk(j, off, n, bs, sc, iv, bad, use_inv, idx0, und);
+        chunk(j, off, n, bs, sc, iv, bad, j->tab ? key : NULL, use_inv, idx0, und);
         g += nb;
     }
+}
+
+/* NVFP4's first pass: every block's amax bits into j->bam, and the finite amax of the part (blocks
+   holding inf or NaN are read again without those), for the tensor scale; the second pass
+   (blocks_task) then reads x once more instead of twice */
+static void bamax_task(void *ctx, int part, int parts) {
+    block_job *j = (block_job *)ctx;
+    const int tdt = j->c->tdt;
+    const size_t ts = any_tsize[tdt];
+    const int64_t bs = j->bs;
+    const uint64_t inf = any_inf_bits[tdt];
+    int64_t g = j->blocks * part / parts, g1 = j->blocks * (part + 1) / parts;
+    uint64_t top = 0;
+    while (g < g1) {
+        int64_t row = g / j->nblocks, blk = g % j->nblocks, start = blk * bs;
+        int64_t off = row * j->len + start;
+        int64_t nb = BLOCK_CHUNK / bs;
+        nb = nb < j->nblocks - blk ? nb : j->nblocks - blk;
+        nb = nb < g1 - g ? nb : g1 - g;
+        int64_t n = nb * bs < j->len - start ? nb * bs : j->len - start;
+        uint64_t bits[BLOCK_CHUNK];
+        int any_bad = 0;
+        blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
+        for (int64_t b = 0; b < nb; b++) { /* the arithmetic mask of amax_bits: this vectorises */
+            const uint64_t u = bits[b], ok = (uint64_t)0 - (uint64_t)(u < inf);
+            j->bam[g + b] = (uint32_t)u;
+            any_bad |= u >= inf;
+            top = (u & ok) > top ? (u & ok) : top;
+        }
+        for (int64_t b = 0; any_bad && b < nb; b++) {
+            if (bits[b] < inf) continue;
+            const int64_t s = b * bs, m = n - s < bs ? n - s : bs;
+            const uint64_t u = amax_bits(j->x + (off + s) * (int64_t)ts, tdt, m, 1);
+            top = u > top ? u : top;
+        }
+        g += nb;
+    }
+    j->bits[part][0] = top;
 }
 
 /* a range of a large extent [cur_off, cur_off + cur_n): its amax bits, or its elements */
@@ -425,10 +338,25 @@ int64_t anynum_round_blocks(const void *x, void *y, int64_t rows, int64_t len, c
     j.tscale = 1.0;
     int64_t total = rows * len;
     int parts = pool_parts(total, c->grain, threads);
+    if (c->b.tensor_scale && c->tdt != T_F64 && j.blocks >= parts && j.bs <= BLOCK_CHUNK)
+        j.bam = (uint32_t *)malloc((size_t)j.blocks * sizeof(uint32_t)); /* NULL: two amax passes */
     if (c->b.tensor_scale) { /* NVFP4: the per-tensor scale from the finite amax of everything */
-        double amax_t = bits_value(parallel_amax(&j, 0, total, 1, parts), c->tdt);
+        uint64_t top = 0;
+        if (j.bam) {
+            pool_run(bamax_task, &j, parts);
+            for (int p = 0; p < parts; p++) top = j.bits[p][0] > top ? j.bits[p][0] : top;
+        } else {
+            top = parallel_amax(&j, 0, total, 1, parts);
+        }
+        double amax_t = bits_value(top, c->tdt);
         double ts = round_up_into(&c->b.tensor_fmt, amax_t / c->b.tensor_den, c->b.tensor_min);
         j.tscale = amax_t > 0.0 ? ts : 1.0;
+    }
+    float tab[16 * (THR_KEYS + 1)];
+    if (c->b.nthr > 0 && c->tdt == T_F32 && j.bs % BLOCK_G == 0 && j.bs <= BLOCK_CHUNK &&
+        thr_key_map(&c->b, &j.km) && j.blocks >= 4 * j.km.n) {
+        thr_table(&c->b, &j.km, j.tscale, tab); /* pays for itself over this many blocks */
+        j.tab = tab;
     }
     if (j.blocks >= parts) {
         pool_run(blocks_task, &j, parts);
@@ -442,6 +370,7 @@ int64_t anynum_round_blocks(const void *x, void *y, int64_t rows, int64_t len, c
             pool_run(elements_task, &j, parts);
         }
     }
+    free(j.bam);
     int64_t und = 0;
     for (int p = 0; p < parts; p++) und += j.und[p][0];
     return und;

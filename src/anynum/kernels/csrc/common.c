@@ -2,8 +2,8 @@
  *
  * The library is assembled by anynum.kernels.clib from the files of this directory, in the
  * order common.c, pool.c, table.c, the per-family templates (scalar.c, posit.c, loops.c,
- * tablelut.c, each pasted once for float and once for double working types), drive.c, and built
- * by anynum.kernels.nativelib.
+ * tablelut.c, each pasted once for float and once for double working types), blockscan.c, blockthr.c,
+ * block.c, drive.c, and built by anynum.kernels.nativelib.
  *
  * Rules every kernel keeps (they are what makes the results equal the eager reference bit for
  * bit, `anynum.kernels.round_to_format` in the working dtype):
@@ -15,6 +15,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ANY_INLINE static inline __attribute__((always_inline))
@@ -140,10 +141,11 @@ typedef struct { /* Block: scale rule, then the element format's own rounding */
     int32_t elem_family, rule, pow2, kmin, kmax, elem_emax, symmetric, fix_tiny, tensor_scale;
     int32_t sat_dtype; /* results may pass the dtype's max (kernels.block.saturate_to_dtype_needed) */
     int32_t rcp; /* non-power-of-two scales may form x / scale as BK_RCP (loops.c; cparams._rcp_ok) */
-    /* the threshold path (block.c, thresh_chunk; cparams._thresholds): nthr > 0 decision points
+    /* the threshold path (blockthr.c; cparams._thresholds): nthr > 0 decision points
        thr[i] between the element magnitudes grid[i] and grid[i + 1], which round up where bit i of
-       thr_incl is set */
-    int32_t nthr, thr_incl;
+       thr_incl is set; thr_lo: the thresholds are the grid points, for the directed and stochastic
+       modes of non-power-of-two scales (thrq_elements) */
+    int32_t nthr, thr_incl, thr_lo;
     double grid[16], thr[16]; /* at most 8 and 7 used */
 } any_block;
 
