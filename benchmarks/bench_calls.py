@@ -19,6 +19,7 @@ os.environ.setdefault("ANYNUM_COMPILE_MIN", str(1 << 40))  # eager/C paths only:
 import torch
 
 import anynum as an
+from anynum.kernels.clib import library
 
 CASES = [("e4m3fn", "nearest"), ("bf16", "nearest"), ("e5m2", "rz"), ("e5m2", "sr"),
          ("posit(16,1)", "nearest"), ("fixed(4,8)", "nearest"), ("mxfp8_e4m3", "nearest")]  # fmt: skip
@@ -37,6 +38,7 @@ def median_seconds(fn: Callable[[], object], reps: int) -> float:
 
 
 def main() -> None:
+    library()  # steady state: a first build would otherwise run in the background (eager meanwhile)
     torch.set_num_threads(2)
     out: dict[str, float] = {}
     for n in (4096, 65536):

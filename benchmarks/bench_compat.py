@@ -38,6 +38,7 @@ from anynum.compat import pychop as fp
 from anynum.compat import qtorch as fq
 from anynum.compat.qtorch import quant as fqq
 from anynum.experiments.peers import peer_extensions
+from anynum.kernels.clib import library
 
 
 def _optional(name: str) -> Any | None:
@@ -229,6 +230,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    library()  # steady state: a first build would otherwise run in the background (eager meanwhile)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 22])
     p.add_argument("--repeats", type=int, default=7)

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 import anynum as an
 from anynum.experiments.models import LeNet5
+from anynum.kernels.clib import library
 
 P16 = an.Posit(16, 2)
 P8 = an.Posit(8, 0)
@@ -79,6 +80,7 @@ def memory_table() -> list[tuple[str, int, float]]:
 
 
 def main() -> None:
+    library()  # steady state: a first build would otherwise run in the background (eager meanwhile)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=3)

@@ -22,6 +22,7 @@ import anynum as an
 from anynum.experiments.datasets import load_dataset
 from anynum.experiments.models import MLP, build_model
 from anynum.experiments.training import batches, sgd, trial_environment
+from anynum.kernels.clib import library
 
 POLICY = an.nn.Policy(weight="e4m3fn", activation="e4m3fn", error="e5m2")
 CANDIDATES = ["e2m1", "e3m2", "e4m3fn", "bf16"]
@@ -55,6 +56,7 @@ def steps_time(name: str, batch: int, steps: int, watch: str) -> float:
 
 
 def main() -> None:
+    library()  # steady state: a first build would otherwise run in the background (eager meanwhile)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)

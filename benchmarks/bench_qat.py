@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 import anynum as an
+from anynum.kernels.clib import library
 
 
 class CNN(nn.Module):
@@ -123,6 +124,7 @@ def step(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> None:
 
 
 def main() -> None:
+    library()  # steady state: a first build would otherwise run in the background (eager meanwhile)
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--inner", type=int, default=5, help="steps per timed repetition")

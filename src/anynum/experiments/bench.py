@@ -34,6 +34,7 @@ import torch
 import anynum as an
 from anynum.experiments.firstcalls import first_calls, first_calls_table
 from anynum.experiments.peers import import_peer
+from anynum.kernels.clib import library
 
 __all__ = [
     "PEERS",
@@ -245,6 +246,7 @@ def _run(
     peers: Sequence[str],
 ) -> dict[str, Any]:
     torch.set_num_threads(threads)
+    library()  # the steady state: a first build would otherwise run in the background (eager meanwhile)
     mods = {p: import_peer(p) if p in peers else None for p in PEERS}
     for p in ("qtorch", "qtorch_plus"):
         if mods[p] is not None:
