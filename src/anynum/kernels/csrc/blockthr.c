@@ -118,23 +118,31 @@ static void thr_elements(const any_block *B, const float *x, float *y, int64_t n
     }
 }
 
+enum { CHUNK_BLOCKS = BLOCK_CHUNK / BLOCK_G };
+
+/* The rows a chunk of nb blocks reads: block b's row key[b] of the call's table tab, or (tab NULL)
+   rows made here into `rows` from the blocks' scales sc[b] and bad[b]. Sets off[b] and *st. */
+static const float *chunk_rows(const any_block *B, int64_t nb, const double *sc, const int *bad,
+                               const float *tab, const int32_t *key, float *rows, int64_t *off, int64_t *st) {
+    if (tab) {
+        for (int64_t b = 0; b < nb; b++) off[b] = key[b];
+        *st = THR_KEYS + 1;
+        return tab;
+    }
+    thr_rows(B, sc, bad, nb, rows, CHUNK_BLOCKS);
+    for (int64_t b = 0; b < nb; b++) off[b] = b;
+    *st = CHUNK_BLOCKS;
+    return rows;
+}
+
 /* A chunk on the threshold path: block b's scale sc[b] and bad[b]; key[b] its row of the call's
    table tab (NULL: the chunk makes its own rows). */
 static void thresh_chunk(const any_call *c, const float *x, float *y, int64_t n, int64_t bs, const double *sc,
                          const int *bad, const float *tab, const int32_t *key) {
-    enum { NB = BLOCK_CHUNK / BLOCK_G };
-    const any_block *B = &c->b;
-    const int64_t nb = (n + bs - 1) / bs;
-    int64_t off[NB];
-    if (tab) {
-        for (int64_t b = 0; b < nb; b++) off[b] = key[b];
-        thr_elements(B, x, y, n, bs, tab, off, THR_KEYS + 1);
-        return;
-    }
-    float rows[16 * NB];
-    thr_rows(B, sc, bad, nb, rows, NB);
-    for (int64_t b = 0; b < nb; b++) off[b] = b;
-    thr_elements(B, x, y, n, bs, rows, off, NB);
+    int64_t off[CHUNK_BLOCKS], st;
+    float rows[16 * CHUNK_BLOCKS];
+    const float *r = chunk_rows(&c->b, (n + bs - 1) / bs, sc, bad, tab, key, rows, off, &st);
+    thr_elements(&c->b, x, y, n, bs, r, off, st);
 }
 
 /* The threshold path's directed and stochastic modes (up, down, sr with and without rand_bits,
@@ -224,17 +232,8 @@ static void thrq_elements(const any_call *c, const float *x, float *y, int64_t n
 static void thrq_chunk(const any_call *c, const float *x, float *y, int64_t n, int64_t bs, const double *sc,
                        const double *iv, const int *bad, const float *tab, const int32_t *key, uint64_t base,
                        uint64_t idx0, int64_t *und) {
-    enum { NB = BLOCK_CHUNK / BLOCK_G };
-    const any_block *B = &c->b;
-    const int64_t nb = (n + bs - 1) / bs;
-    int64_t off[NB];
-    if (tab) {
-        for (int64_t b = 0; b < nb; b++) off[b] = key[b];
-        thrq_elements(c, x, y, n, bs, tab, off, THR_KEYS + 1, sc, iv, bad, base, idx0, und);
-        return;
-    }
-    float rows[16 * NB];
-    thr_rows(B, sc, bad, nb, rows, NB);
-    for (int64_t b = 0; b < nb; b++) off[b] = b;
-    thrq_elements(c, x, y, n, bs, rows, off, NB, sc, iv, bad, base, idx0, und);
+    int64_t off[CHUNK_BLOCKS], st;
+    float rows[16 * CHUNK_BLOCKS];
+    const float *r = chunk_rows(&c->b, (n + bs - 1) / bs, sc, bad, tab, key, rows, off, &st);
+    thrq_elements(c, x, y, n, bs, r, off, st, sc, iv, bad, base, idx0, und);
 }
