@@ -80,6 +80,7 @@ def test_without_the_library_the_other_kernels_run(
 ) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("ANYNUM_COMPILE", "auto")
     monkeypatch.setattr(ckernel, "library", lambda: None)
+    monkeypatch.setattr(ckernel, "library_soon", lambda: None)
     x = torch.randn(3000)
     for fmt in (an.E4M3FN, an.Posit(8, 2)):
         want = cn.reference(fmt, Rounding.TOWARD_ZERO, fmt.default_overflow, None, x)
@@ -156,3 +157,41 @@ def test_plans_follow_the_format_not_its_address():
         fmt = an.FloatFormat(2 + i % 5, 1 + (i * 7) % 9)  # a new object each time
         want = round_to_format(fmt, x.double(), Rounding.NEAREST_EVEN, fmt.default_overflow, None, None)
         assert torch.equal(an.quantize(x, fmt), want.float()), (i, fmt)
+
+
+def _self_tie(n: int, seed: int) -> tuple[torch.Tensor, int]:
+    """float64 inputs whose FP16 exact-SR decision at one element ties its 53 random bits."""
+    bits = CounterRandom(seed).bits_at(torch.arange(n), 53, 0)
+    i = int(torch.argmin(bits))
+    k = int(bits[i])
+    x = torch.full((n,), 0.75 * 2.0**-24, dtype=torch.float64)
+    x[i] = (k * 2.0**-53 + 2.0 ** -(53 + 53 - k.bit_length())) * 2.0**-24
+    return x, i
+
+
+def test_the_direct_path_hands_on_what_it_does_not_decide(monkeypatch: pytest.MonkeyPatch, cn) -> None:  # type: ignore[no-untyped-def]
+    """`Plan.direct` (Rounder's lean path) returns None, having written nothing the caller sees,
+    for an undecided exact-SR element, a strided input, a library not loaded yet; the full route
+    then gives the reference's values."""
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")
+    plan = route.plan_for(an.FP16, Rounding.STOCHASTIC, "inf", None, torch.float64, "cpu", "counter")
+    assert plan.direct is not None
+    x, _ = _self_tie(4096, seed=5)
+    rng = CounterRandom(5)
+    assert plan.direct(x, rng) is None
+    cn.assert_same(
+        plan.run(x, rng), cn.reference(an.FP16, Rounding.STOCHASTIC, "inf", None, x, seed=5), x, "tie"
+    )
+    y = torch.randn(64, 32).t()
+    nearest = route.plan_for(an.E4M3FN, Rounding.NEAREST_EVEN, "saturate", None, torch.float32, "cpu", None)
+    assert nearest.direct is not None and nearest.direct(y, None) is None
+    want = cn.reference(an.E4M3FN, Rounding.NEAREST_EVEN, "saturate", None, y)
+    cn.assert_same(an.nn.Rounder(an.E4M3FN)(y), want, y, "strided")
+    z = y.contiguous()
+    cn.assert_same(nearest.direct(z, None), want.contiguous(), z, "direct")
+    monkeypatch.setattr(ckernel, "library_soon", lambda: None)
+    assert nearest.direct(z, None) is None
+    blocks = route.plan_for(
+        an.MXFP8_E4M3, Rounding.NEAREST_EVEN, "saturate", None, torch.float32, "cpu", None
+    )
+    assert blocks.direct is None  # block formats keep their own route

@@ -41,11 +41,11 @@ from anynum.formats.block import Block
 from anynum.kernels.clib import building_library, library, library_soon
 from anynum.kernels.cparams import CallParams, call_params
 from anynum.kernels.eager import round_to_format, working_dtype
-from anynum.kernels.route import Call, Kernel, can_write_while_reading, register
+from anynum.kernels.route import Call, Direct, Kernel, can_write_while_reading, register
 from anynum.kernels.settings import compile_mode
 from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["NativeKernel", "native_round"]
+__all__ = ["NativeKernel", "native_round", "native_round_each"]
 
 _MASK64 = (1 << 64) - 1
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -130,6 +130,48 @@ def native_round(
         w = y.to(params.wdtype)
         y.copy_(round_to_format(call.fmt, w, call.mode, call.overflow, rng, call.rand_bits))
     return y
+
+
+def native_round_each(
+    params: CallParams, call: Call, xs: list[torch.Tensor], rng: RandomSource | None
+) -> bool:
+    """Round the contiguous CPU tensors `xs` in place as `native_round` rounds their concatenation
+    (one C call, no staging copies); False, with nothing written, where it cannot.
+
+    >>> import anynum as an
+    >>> call = Call(an.E5M2, Rounding.TOWARD_ZERO, "inf", None, torch.float32, "cpu", None)
+    >>> p = call_params(call.fmt, call.mode, call.overflow, None, torch.float32)
+    >>> a, b = torch.tensor([1000.0]), torch.tensor([-0.3, 3.0])
+    >>> native_round_each(p, call, [a, b], None) is False or (a.tolist(), b.tolist())
+    ([896.0], [-0.25, 3.0])
+    """
+    lib = library_soon()
+    if lib is None or params.block or not all(x.is_contiguous() for x in xs):
+        return False
+    base = rng.stream_base(0) if rng is not None else 0
+    if base is None:
+        return False
+    count = len(xs)
+    ptrs = (ctypes.c_void_p * count)(*(x.data_ptr() for x in xs))
+    offs = (ctypes.c_int64 * (count + 1))()
+    total = 0
+    for k, x in enumerate(xs):
+        offs[k] = total
+        total += x.numel()
+    offs[count] = total
+    undecided = lib.anynum_round_each(
+        ptrs, ptrs, offs, count, params.address, base & _MASK64, torch.get_num_threads()
+    )
+    if undecided < 0:
+        return False
+    if undecided:
+        # as in native_round: elements on the grid stay, the undecided ones are refined from
+        # the same stream, over the concatenation
+        flat = torch.cat([x.reshape(-1) for x in xs]).to(params.wdtype)
+        flat = round_to_format(call.fmt, flat, call.mode, call.overflow, rng, call.rand_bits)
+        for x, part in zip(xs, flat.split([x.numel() for x in xs])):
+            x.copy_(part.view_as(x))
+    return True
 
 
 def _round_blocks(
@@ -225,6 +267,34 @@ class NativeKernel(Kernel):
             xw = x.to(working_dtype(call.fmt, x.dtype))
             return round_to_format(call.fmt, xw, call.mode, call.overflow, rng, call.rand_bits).to(x.dtype)
         return native_round(params, call, x, rng, out)
+
+    def direct(self, call: Call) -> Direct | None:
+        params = self.params(call)
+        if params is None or params.block:
+            return None
+        address = params.address
+
+        def run(x: torch.Tensor, rng: RandomSource | None) -> torch.Tensor | None:
+            # native_round's common case, minus its choices: contiguous x, a new result, every
+            # element decided, the library loaded (else the full route does it all again)
+            lib = library_soon()
+            if lib is None or not x.is_contiguous():
+                return None
+            base = 0 if rng is None else rng.stream_base(0)
+            if base is None:
+                return None
+            y = torch.empty_like(x)
+            n, threads = x.numel(), torch.get_num_threads()
+            if lib.anynum_round(x.data_ptr(), y.data_ptr(), n, address, base & _MASK64, threads, None):
+                return None
+            return y
+
+        run.params = params  # type: ignore[attr-defined]  # keeps the structure `address` points to
+        return run
+
+    def round_each(self, call: Call, xs: list[torch.Tensor], rng: RandomSource | None) -> bool:
+        params = self.params(call)
+        return params is not None and native_round_each(params, call, xs, rng)
 
 
 register(NativeKernel())

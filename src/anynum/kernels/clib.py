@@ -105,6 +105,8 @@ def _typed(lib: ctypes.CDLL | None) -> ctypes.CDLL | None:
     u64 = ctypes.c_uint64
     lib.anynum_round.argtypes = [vp, vp, i64, vp, u64, i32, vp]
     lib.anynum_round.restype = i64
+    lib.anynum_round_each.argtypes = [vp, vp, vp, i32, vp, u64, i32]
+    lib.anynum_round_each.restype = i64
     lib.anynum_round_blocks.argtypes = [vp, vp, i64, i64, vp, u64, i32]
     lib.anynum_round_blocks.restype = i64
     lib.anynum_block_tensor_scale.argtypes = [vp, i64, vp, i32]

@@ -101,6 +101,8 @@ class FloatParams(ctypes.Structure):
                 "overflow",
                 "recip",
                 "common",
+                "rne_bits",
+                "pad",
             )
         ),
     ]
@@ -210,6 +212,32 @@ def float_params(fmt: FloatFormat, wdtype: torch.dtype, overflow: str) -> FloatP
         # normal when flushing): their reciprocals are exact if all are normal with normal inverses.
         recip=int(fmt.emin - fmt.man_bits >= lay.emin and fmt.man_bits >= 1 and fmt.emin >= lay.emin),
         common=int(fmt.zero and fmt.signed),
+        rne_bits=int(rne_on_bits(fmt, wdtype)),
+    )
+
+
+def rne_on_bits(fmt: FloatFormat, wdtype: torch.dtype) -> bool:
+    """Whether nearest-even onto `fmt` may run on the working type's bits (scalar.c float_rne).
+
+    It may where `fmt` is signed with a zero, narrower than the working type, and its whole grid
+    (subnormals included, none flushed) lies inside the working type's finite range on the
+    same binades: then rounding the fraction bits of a normal input is the format's rounding,
+    and the working type's own addition rounds at the format's subnormal step.
+
+    >>> import anynum as an
+    >>> rne_on_bits(an.E4M3FN, torch.float32), rne_on_bits(an.FP32, torch.float32)
+    (True, False)
+    """
+    lay = layout(wdtype)
+    return (
+        fmt.zero
+        and fmt.signed
+        and fmt.subnormals
+        and lay.emin <= fmt.emin
+        and fmt.emax <= lay.emax
+        and 1 <= fmt.man_bits < lay.man_bits  # (with no fraction bits, ties go up: s = 1.5 -> 2)
+        and fmt.emin - fmt.man_bits >= lay.quantum_min
+        and fmt.emin + lay.man_bits - fmt.man_bits <= lay.emax  # the subnormal magic is finite
     )
 
 

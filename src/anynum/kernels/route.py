@@ -26,6 +26,7 @@ Adding a backend (a GPU kernel, a new C loop) means one kernel module that calls
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -83,6 +84,10 @@ def random_kind(rng: RandomSource | None) -> str | None:
     return "counter" if rng.stream_base(0) is not None else "custom"
 
 
+#: `Kernel.direct`'s lean path: ``run(x, rng)`` -> the rounded tensor, or None to hand on.
+Direct = Callable[[torch.Tensor, RandomSource | None], torch.Tensor | None]
+
+
 class Kernel:
     """One way of rounding tensors. Subclasses say what they cover and run it.
 
@@ -106,6 +111,18 @@ class Kernel:
     ) -> torch.Tensor | None:
         """Round `x` (detached, any float dtype) per `call`; write into `out` where it can."""
         raise NotImplementedError
+
+    def direct(self, call: Call) -> Direct | None:
+        """A lean form of `round` for the first kernel of a plan, or None: ``run(x, rng)`` rounds
+        a contiguous `x` into a new tensor, or returns None, having changed nothing, to hand
+        the call to the plan's full route (per-call overhead is most of a small call)."""
+        return None
+
+    def round_each(self, call: Call, xs: list[torch.Tensor], rng: RandomSource | None) -> bool:
+        """Round the contiguous tensors `xs` in place as their concatenation would be rounded
+        (element i of ``xs[k]`` at logical index ``sum of the earlier sizes + i``); False (and
+        nothing written) where this kernel cannot."""
+        return False
 
     def encode(self, fmt: Format, y: torch.Tensor) -> torch.Tensor | None:
         """int64 codes of `y` (values on the grid, any float dtype), or None to decline."""
@@ -152,13 +169,17 @@ def can_write_while_reading(x: torch.Tensor, out: torch.Tensor) -> bool:
 
 
 class Plan:
-    """The kernels covering one `Call`, in rank order, resolved once (see `plan_for`)."""
+    """The kernels covering one `Call`, in rank order, resolved once (see `plan_for`).
 
-    __slots__ = ("call", "kernels")
+    ``direct``: the first kernel's lean path (`Kernel.direct`), or None.
+    """
+
+    __slots__ = ("call", "direct", "kernels")
 
     def __init__(self, call: Call, covering: tuple[Kernel, ...]) -> None:
         self.call = call
         self.kernels = covering
+        self.direct = covering[0].direct(call) if covering else None
 
     def kernel_names(self) -> list[str]:
         return [k.name for k in self.kernels]
@@ -183,6 +204,14 @@ class Plan:
                 return out
             return y
         raise AssertionError(f"no kernel ran {self.call}")  # pragma: no cover - eager covers all
+
+    def round_each(self, xs: list[torch.Tensor], rng: RandomSource | None) -> bool:
+        """Round `xs` (contiguous, of the call's dtype and device; under no_grad) in place in
+        one call, as their concatenation would be; False where the kernel that takes their total
+        size cannot (the caller then rounds the concatenation itself)."""
+        numel = sum(x.numel() for x in xs)
+        kernel = next((k for k in self.kernels if k.accepts(self.call, numel)), None)
+        return kernel is not None and kernel.round_each(self.call, xs, rng)
 
 
 @functools.lru_cache(maxsize=4096)

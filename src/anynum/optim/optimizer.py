@@ -50,9 +50,10 @@ def round_in_place(
     """Round every tensor onto `rounder`'s grid in place, one quantize call per dtype and device.
 
     The tensors of a group are rounded as their row-major concatenation (one call, and for
-    stochastic modes one random stream). `staging` keeps the flat buffer of each layout
-    between calls, so a training loop copies in and out with two `_foreach_copy_` calls
-    and rounds the buffer in place, instead of building and splitting a new one each step.
+    stochastic modes one random stream): by the native kernel in one pass over the tensors
+    themselves where it can (`Rounder.round_each_into`), else in a flat buffer. `staging`
+    keeps that buffer of each layout between calls, so a training loop copies in and out
+    with two `_foreach_copy_` calls instead of building and splitting a new one each step.
     `observe`, when given, sees each group's tensors and their rounded values just before
     the write-back (no extra copy or rounding: what it sees is what is stored).
     """
@@ -67,18 +68,25 @@ def round_in_place(
                 observe(ts, [y])
             ts[0].copy_(y)
             continue
-        key = (dtype, device, *(t.shape for t in ts))
-        entry = staging.get(key) if staging is not None else None
-        if entry is None:
-            flat = torch.empty(sum(t.numel() for t in ts), dtype=dtype, device=device)
-            entry = (flat, _unflatten_dense_tensors(flat, ts))  # views of flat shaped like ts
-            if staging is not None:
-                staging[key] = entry
-        flat, views = entry
+
+        def stage(dtype: torch.dtype = dtype, device: torch.device = device, ts: list[torch.Tensor] = ts
+                  ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+            key = (dtype, device, *(t.shape for t in ts))
+            entry = staging.get(key) if staging is not None else None
+            if entry is None:
+                flat = torch.empty(sum(t.numel() for t in ts), dtype=dtype, device=device)
+                entry = (flat, _unflatten_dense_tensors(flat, ts))  # views of flat shaped like ts
+                if staging is not None:
+                    staging[key] = entry
+            return entry
+
+        if observe is None:
+            rounder.round_each_into(ts, stage)
+            continue
+        flat, views = stage()
         torch._foreach_copy_(views, ts)
         rounder.round_into(flat)
-        if observe is not None:
-            observe(ts, list(views))
+        observe(ts, list(views))
         torch._foreach_copy_(ts, views)
 
 

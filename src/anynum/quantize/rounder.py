@@ -10,6 +10,7 @@ the compat facades all round through Rounders.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -83,6 +84,7 @@ class Rounder:
         if self.mode.is_stochastic and generator is None and seed is None:
             seed = int(torch.randint(0, 2**62, (1,)))
         self.seed = seed
+        self._stochastic = self.mode.is_stochastic
         self._generators: dict[torch.device, torch.Generator] = {}
         if generator is not None:
             self._generators[generator.device] = generator
@@ -144,7 +146,7 @@ class Rounder:
 
     def _rng(self, device: torch.device) -> RandomSource | None:
         # The generator hands out one fresh seed per call, so successive calls are independent.
-        if not self.mode.is_stochastic:
+        if not self._stochastic:
             return None
         return make_random_source(self.generator(device), None, device)
 
@@ -157,9 +159,17 @@ class Rounder:
                 f"a Rounder rounds torch tensors, got {type(x).__name__}; use an.quantize for NumPy, "
                 "JAX and Dask arrays."
             )
-        plan = self.plan(x.dtype, x.device.type)
+        device = x.device
+        plan = self.plan(x.dtype, device.type)
         # Kernels build no autograd graph from a tensor that does not require grad.
-        return plan.run(x.detach() if x.requires_grad else x, self._rng(x.device))
+        xd = x.detach() if x.requires_grad else x
+        rng = self._rng(device)
+        direct = plan.direct
+        if direct is not None:
+            y = direct(xd, rng)
+            if y is not None:
+                return y
+        return plan.run(xd, rng)
 
     def _as_custom_op(self, x: torch.Tensor) -> torch.Tensor:
         """The same rounding as one opaque ``anynum::`` op, for torch.compile and torch.export."""
@@ -181,6 +191,48 @@ class Rounder:
         plan = self.plan(x.dtype, x.device.type)
         with torch.no_grad():
             plan.run(x.detach(), self._rng(x.device), x.detach())
+
+    def round_each_into(
+        self,
+        tensors: list[torch.Tensor],
+        stage: Callable[[], tuple[torch.Tensor, list[torch.Tensor]]] | None = None,
+    ) -> None:
+        """Round the tensors of one dtype and device in place, as rounding their row-major
+        concatenation would (for stochastic modes: one stream position for all of them).
+
+        Where the kernel can, one call writes every tensor; elsewhere the concatenation is
+        rounded in a flat buffer: ``stage()`` gives one (and views of it shaped like
+        `tensors`) for callers that round the same tensors often, else a new one is made.
+        NaN/inf as `__call__`.
+
+        >>> import torch, anynum as an
+        >>> a, b = torch.tensor([0.3]), torch.tensor([1000.0, 2.0])
+        >>> Rounder(an.E4M3FN).round_each_into([a, b]); a.tolist(), b.tolist()
+        ([0.3125], [448.0, 2.0])
+        """
+        if not tensors:
+            return
+        x0 = tensors[0]
+        dtype, where = x0.dtype, x0.get_device()  # (get_device: an int, cheaper than .device)
+        if any(t.dtype != dtype or t.get_device() != where for t in tensors):
+            raise AnynumError(
+                "round_each_into rounds tensors of one dtype and device together, got "
+                f"{sorted({(str(t.dtype), str(t.device)) for t in tensors})}; group them first."
+            )
+        plan = self.plan(dtype, x0.device.type)
+        rng = self._rng(x0.device)
+        with torch.no_grad():
+            if plan.round_each(tensors, rng):  # (the kernel reads addresses: no detach needed)
+                return
+            xs = [t.detach() for t in tensors]
+            if stage is not None:
+                flat, views = stage()
+                torch._foreach_copy_(views, xs)
+            else:
+                flat = torch.cat([x.reshape(-1) for x in xs])
+                views = list(flat.split([x.numel() for x in xs]))
+            plan.run(flat, rng, flat)
+            torch._foreach_copy_(xs, [v.view_as(x) for v, x in zip(views, xs)])
 
     # --- tensors known to be on the grid -----------------------------------------------------
     # Rounding a value of the grid gives it back, so a tensor that this grid's rounder has just

@@ -1,6 +1,7 @@
 /* The entry points: split a call into parts for the pool, walk the layout, stage dtypes.
  *
  * anynum_round        elementwise families (float, uniform, posit, table)
+ * anynum_round_each   the same over a list of contiguous tensors, as if concatenated
  * (anynum_round_blocks, for block formats, is in block.c.)
  * It returns the number of exact-SR elements left undecided (see loops.c), or -1 when the call
  * names a loop this library does not have.
@@ -10,7 +11,9 @@ static any_loop select_loop(const any_call *c) {
     if (c->mode < 0 || c->mode >= M_COUNT || c->wdt < 0 || c->wdt > 1 || c->tdt < 0 || c->tdt > 3) return 0;
     const any_loop (*tab)[M_COUNT] = c->wdt ? elem_loops_f64 : elem_loops_f32;
     switch (c->family) {
-    case F_FLOAT: return tab[c->f.common ? (c->f.recip ? 2 : 1) : 0][c->mode];
+    case F_FLOAT:
+        if (c->f.rne_bits && c->mode == M_RNE) return c->wdt ? float_rne_loop_f64 : float_rne_loop_f32;
+        return tab[c->f.common ? (c->f.recip ? 2 : 1) : 0][c->mode];
     case F_UNIFORM: return tab[3 + (c->u.wrap != 0)][c->mode];
     case F_POSIT:
         if (c->p.fast && c->mode == M_SR) return c->wdt ? positfast_sr_f64 : positfast_sr_f32;
@@ -107,6 +110,58 @@ int64_t anynum_round(const void *x, void *y, int64_t n, const any_call *c, uint6
     int parts = pool_parts(n, c->grain, threads);
     for (int p = 0; p < parts; p++) j.und[p][0] = 0;
     pool_run(elem_task, &j, parts);
+    int64_t und = 0;
+    for (int p = 0; p < parts; p++) und += j.und[p][0];
+    return und;
+}
+
+typedef struct {
+    const any_call *c;
+    any_loop loop;
+    const char *const *xs;
+    char *const *ys;
+    const int64_t *offs; /* offs[k]: the first logical index of tensor k; offs[count]: the total */
+    int32_t count;
+    uint64_t base;
+    int64_t und[POOL_MAX][8];
+} each_job;
+
+static void each_task(void *ctx, int part, int parts) {
+    each_job *j = (each_job *)ctx;
+    int64_t b, e;
+    pool_range(j->offs[j->count], part, parts, &b, &e);
+    int64_t *und = &j->und[part][0];
+    size_t ts = any_tsize[j->c->tdt];
+    for (int32_t k = 0; k < j->count && b < e; k++) {
+        int64_t lo = j->offs[k], hi = j->offs[k + 1];
+        if (hi <= b) continue;
+        int64_t s = b > lo ? b : lo, t = e < hi ? e : hi;
+        run_segment(j->c, j->loop, j->xs[k] + (s - lo) * ts, j->ys[k] + (s - lo) * ts, t - s, j->base,
+                    (uint64_t)s, 1, und);
+        b = t;
+    }
+}
+
+/* Round `count` contiguous tensors xs[k] of offs[k + 1] - offs[k] elements (dtype c->tdt) into
+ * ys[k] (each ys[k] the same size; it may be xs[k]), exactly as anynum_round rounds their
+ * concatenation: element i of tensor k has the logical index offs[k] + i. One call instead of a
+ * copy in, a call and a copy out (an optimizer's many small tensors). Returns as anynum_round. */
+int64_t anynum_round_each(const void *const *xs, void *const *ys, const int64_t *offs, int32_t count,
+                          const any_call *c, uint64_t base, int32_t threads) {
+    any_loop loop = select_loop(c);
+    if (!loop) return -1;
+    if (count <= 0 || offs[count] <= 0) return 0;
+    each_job j;
+    j.c = c;
+    j.loop = loop;
+    j.xs = (const char *const *)xs;
+    j.ys = (char *const *)ys;
+    j.offs = offs;
+    j.count = count;
+    j.base = base;
+    int parts = pool_parts(offs[count], c->grain, threads);
+    for (int p = 0; p < parts; p++) j.und[p][0] = 0;
+    pool_run(each_task, &j, parts);
     int64_t und = 0;
     for (int p = 0; p < parts; p++) und += j.und[p][0];
     return und;

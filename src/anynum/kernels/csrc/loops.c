@@ -43,6 +43,8 @@
     ELEM_LOOP(positfast_##M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                        \
               SFX(positfast_round)(x, &k, M, 1, base, index, rbits, two_r, &u, 0))
 
+ELEM_LOOP(float_rne_loop, SFX(rne_consts)(&c->f), SFX(rne_k), SFX(float_rne)(x, &k))
+
 FLOAT_LOOPS(0)
 FLOAT_LOOPS(1)
 FLOAT_LOOPS(2)

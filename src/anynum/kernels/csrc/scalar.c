@@ -105,6 +105,47 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
     return y;
 }
 
+/* Nearest-even where cparams.rne_on_bits holds: a normal input's fraction is rounded on its
+   bits (adding half a unit less one, plus the kept lowest bit, carries into the exponent as
+   the value does), a smaller one by W's own addition at the format's subnormal step (|x| below
+   2**emin and the magic 2**(emin - man + W_MAN) share the magic's binade, whose ulp is that
+   step). Then float_round's overflow rule for nearest modes; NaN stays NaN. */
+typedef struct {
+    W limit, far, smallest_normal, magic, zero_add;
+    WU half, low;
+    int drop;
+} SFX(rne_k);
+
+ANY_INLINE SFX(rne_k) SFX(rne_consts)(const any_float *p) {
+    SFX(rne_k) k;
+    SFX(float_k) f = SFX(float_consts)(p);
+    int e;
+    frexp(p->step_scale, &e); /* step_scale = 2**-man = 0.5 * 2**(1 - man) */
+    int man = 1 - e;
+    k.drop = W_MAN - man;
+    k.half = ((WU)1 << (k.drop - 1)) - 1;
+    k.low = ((WU)1 << k.drop) - 1;
+    k.limit = f.limit;
+    k.far = f.far;
+    k.smallest_normal = f.smallest_normal;
+    k.magic = (W)ldexp(p->smallest_normal, k.drop);
+    k.zero_add = f.zero_add;
+    return k;
+}
+
+ANY_INLINE W SFX(float_rne)(W x, const SFX(rne_k) *k) {
+    WU b = SFX(bits)(x);
+    WU r = (b + k->half + ((b >> k->drop) & 1)) & ~k->low;
+    W ax = FABSW(x);
+    W sub = (ax + k->magic) - k->magic;
+    W y = ax < k->smallest_normal ? COPYSIGNW(sub, x) : SFX(from)(r);
+    W a = FABSW(y);
+    a = a > k->limit ? k->far : a;
+    y = COPYSIGNW(a, y);
+    y = x != x ? x : y;
+    return y + k->zero_add;
+}
+
 /* --- FixedPoint and IntFormat ---------------------------------------------------------------- */
 
 typedef struct {
