@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 
 import torch
 
@@ -146,19 +147,14 @@ def native_round_each(
     ([896.0], [-0.25, 3.0])
     """
     lib = library_soon()
-    if lib is None or params.block or not all(x.is_contiguous() for x in xs):
+    if lib is None or params.block or not all(x.is_cpu and x.is_contiguous() for x in xs):
         return False
     base = rng.stream_base(0) if rng is not None else 0
     if base is None:
         return False
     count = len(xs)
-    ptrs = (ctypes.c_void_p * count)(*(x.data_ptr() for x in xs))
-    offs = (ctypes.c_int64 * (count + 1))()
-    total = 0
-    for k, x in enumerate(xs):
-        offs[k] = total
-        total += x.numel()
-    offs[count] = total
+    ptrs = (ctypes.c_void_p * count)(*[x.data_ptr() for x in xs])
+    offs = (ctypes.c_int64 * (count + 1))(0, *itertools.accumulate([x.numel() for x in xs]))
     undecided = lib.anynum_round_each(
         ptrs, ptrs, offs, count, params.address, base & _MASK64, torch.get_num_threads()
     )

@@ -209,9 +209,10 @@ class Plan:
         """Round `xs` (contiguous, of the call's dtype and device; under no_grad) in place in
         one call, as their concatenation would be; False where the kernel that takes their total
         size cannot (the caller then rounds the concatenation itself)."""
-        numel = sum(x.numel() for x in xs)
-        kernel = next((k for k in self.kernels if k.accepts(self.call, numel)), None)
-        return kernel is not None and kernel.round_each(self.call, xs, rng)
+        first = self.kernels[0] if self.kernels else None
+        if first is None or not first.accepts(self.call, sum([x.numel() for x in xs])):
+            return False  # (a later kernel may take the concatenation: the caller's flat path)
+        return first.round_each(self.call, xs, rng)
 
 
 @functools.lru_cache(maxsize=4096)
