@@ -1,9 +1,10 @@
 """The native library of `anynum.mc`: C source, build and load through `anynum.kernels.nativelib`.
 
 One library holds the double-word loops (`anynum.mc.cloops`) and the float engine's slicing
-kernels (`anynum.mc.cslices`), for float and double.  Every function transliterates, operation
-for operation, the torch code it replaces (IEEE operations in the component dtype, C99 ``fma``
-where torch uses ``addcmul``, ``nearbyint`` where it uses ``torch.round``), compiled with
+kernels and fused last step (`anynum.mc.cslices`), for float and double.  Every function
+transliterates, operation for operation, the torch code it replaces (IEEE operations in the
+component dtype, C99 ``fma`` where torch uses ``addcmul``, ``nearbyint`` where it uses
+``torch.round``), compiled with
 ``-ffp-contract=off`` (no contraction of ``a*b + c`` into an FMA, which would make error
 terms vanish) and without fast-math, so the results are the torch paths' bits (tested).
 It is built once per user and machine into nativelib's private, verified cache; no compiler,
@@ -258,6 +259,59 @@ SLICE_KERNELS(float, f32)
 SLICE_KERNELS(double, f64)
 """
 
+EPILOGUE_SOURCE = r"""
+/* The float engine's last step for float32 components and nc = 2 (anynum.mc.ozaki_float):
+   per output, the S + 1 raw slice products (tail, then level sums S-1 .. 0) scaled exactly
+   as _Scale does, (x * 2**e_r) * 2**(f_c - c), summed as sum_terms does (h = first term,
+   l = +0, then DWPlusFP per term), and narrowed to two floats as convert._dw_narrow does
+   (TwoSum, round, exact remainder where finite, round): the same IEEE operations in the same
+   order, so the same bits, in one pass over the products instead of about twenty.  Each row
+   is done in segments of EB columns held in small buffers, so every inner loop vectorises. */
+#define EB 256
+#define EPI_MAX_S 32
+
+static double pow2_normal(int64_t ex) { return ldexp(1.0, (int)ex); }  /* -1022 <= ex <= 1023 */
+
+void anynum_mc_mm_narrow_f32(const double *tail, int64_t t_row, const double *lev,
+                             int64_t l_row, int64_t l_plane, int64_t S, int64_t beta,
+                             int64_t m, int64_t n, const int64_t *e, const int64_t *f,
+                             float *c0, float *c1, int64_t o_row) {
+    double pf[EPI_MAX_S + 1][EB], h[EB], l[EB];
+    for (int64_t j0 = 0; j0 < n; j0 += EB) {
+        int64_t nb = n - j0 < EB ? n - j0 : EB;
+        for (int64_t d = 0; d <= S; d++)  /* term d < S: level d, weight (d + 2) beta; d = S: tail */
+            for (int64_t j = 0; j < nb; j++)
+                pf[d][j] = pow2_normal(f[j0 + j] - (d < S ? d + 2 : S + 1) * beta);
+        for (int64_t r = 0; r < m; r++) {
+            const double pe = pow2_normal(e[r]);
+            const double *tr = tail + r * t_row + j0;
+            const double *ps = pf[S];
+            for (int64_t j = 0; j < nb; j++) { h[j] = (tr[j] * pe) * ps[j]; l[j] = 0.0; }
+            for (int64_t d = S - 1; d >= 0; d--) {
+                const double *lr = lev + d * l_plane + r * l_row + j0, *pd = pf[d];
+                for (int64_t j = 0; j < nb; j++) {
+                    double y = (lr[j] * pe) * pd[j], sh, sl, v, hh, ll;
+                    TWO_SUM(double, h[j], y, sh, sl);
+                    v = l[j] + sl;
+                    FAST_TWO_SUM(double, sh, v, hh, ll);
+                    h[j] = hh; l[j] = ll;
+                }
+            }
+            float *o0 = c0 + r * o_row + j0, *o1 = c1 + r * o_row + j0;
+            for (int64_t j = 0; j < nb; j++) {
+                double s, er;
+                TWO_SUM(double, h[j], l[j], s, er);
+                float a = (float)s;
+                int fin = fabsf(a) <= 3.4028234663852886e38f;  /* isfinite, vectorisable */
+                double rem = fin ? s - (double)a : 0.0;
+                o0[j] = a;
+                o1[j] = (float)(rem + (fin ? er : 0.0));
+            }
+        }
+    }
+}
+"""
+
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _SIGNATURES = {
@@ -267,8 +321,10 @@ _SIGNATURES = {
        for sfx in ("f32", "f64")},
     **{f"anynum_mc_mv_{sfx}": [_P, _P, _I, _I, _I, _I, _I, _I, _P, _P, _P, _I, _P, _P]
        for sfx in ("f32", "f64")},
+    "anynum_mc_mm_narrow_f32": [_P, _I, _P, _I, _I, _I, _I, _I, _I, _P, _P, _P, _P, _I],
 }
-_NATIVE = NativeSource("mc", "#include <math.h>\n#include <stdint.h>\n" + DW_SOURCE + SLICE_SOURCE,
+_NATIVE = NativeSource("mc", "#include <math.h>\n#include <stdint.h>\n"
+                       + DW_SOURCE + SLICE_SOURCE + EPILOGUE_SOURCE,
                        flags=("-ffp-contract=off", "-fno-fast-math"))
 
 

@@ -25,7 +25,9 @@ The product splits exactly into
 
 For float32 components and nc = 2 that is S = 1: one exact k-GEMM and one 2k-GEMM, three
 float64 GEMMs' worth of work in all.  The terms are summed, smallest first, in float64 MC
-arithmetic and rounded to the component dtype.  The error bound shared with the int8 engine is
+arithmetic and rounded to the component dtype; for float32 components and nc = 2 the scaling,
+the sum and the rounding run as one C pass over the products (`anynum.mc.cslices.mm_narrow`,
+the same operations in the same order: the same bits).  The error bound shared with the int8 engine is
 proven in `anynum.mc.linalg`.
 """
 
@@ -205,9 +207,10 @@ def _slice_right(x: Comps, use_c: bool, S: int, beta: int
     return bq, btail, f
 
 
-def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow: bool
-            ) -> list[torch.Tensor]:
-    """Terms (float64, (m, n)), smallest first, whose sum is the product a (m, k) @ bt (n, k).T."""
+def _products(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int
+              ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """The unscaled slice products of a (m, k) @ bt (n, k).T: (tail (m, n), level sums (S, m, n)
+    or None when S = 0, row exponents e (m, 1), column exponents f (n, 1))."""
     m, k = a[0].shape
     n = bt[0].shape[0]
     bq, btail, f = _slice_right(bt, b_c, S, beta)
@@ -228,10 +231,16 @@ def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow
                 lev = p.view(1, m, n)
             else:
                 lev[s:].add_(p.view(m, S - s, n).transpose(0, 1))  # exact
+    return tail, lev if S else None, e, f
+
+
+def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow: bool
+            ) -> list[torch.Tensor]:
+    """Terms (float64, (m, n)), smallest first, whose sum is the product a (m, k) @ bt (n, k).T."""
+    tail, lev, e, f = _products(a, a_c, bt, b_c, S, beta)
     scale = _Scale(e, f, narrow)
     terms = [scale(tail, (S + 1) * beta)]
-    if S:
-        assert lev is not None
+    if lev is not None:
         terms += [scale(lev[d], (d + 2) * beta) for d in range(S - 1, -1, -1)]
     return terms
 
@@ -289,6 +298,7 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
     t = a[0].dtype
     pt = info(t).precision
     nc_acc = nc if t == _F64 else max(1, math.ceil(nc * pt / 53)) + (1 if nc > 1 else 0)
+    fused = t == torch.float32 and nc == 2 and nc_acc == 2  # float32 double words: mm_narrow
 
     def core(p: Comps, q: Comps) -> Comps:
         m, k = p[0].shape
@@ -300,6 +310,11 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
             return tuple(c.T for c in core(tuple(c.T for c in q), tuple(c.T for c in p)))
         pa, pb = _Operand(p, pt), _Operand(tuple(c.T for c in q), pt)
         S, beta, kb = plan(k, pa.n, pb.n, nc * pt)
+        if fused and pa.c and pb.c and kb >= k and S <= cslices.EPI_MAX_S:
+            # scale, sum and narrow in one C pass: the bits of the steps below (_Scale,
+            # sum_terms, convert_comps), as two float32 components
+            tail, lev, e, f = _products(pa.comps, True, pb.comps, True, S, beta)
+            return cslices.mm_narrow(tail, lev, S, beta, e.view(-1), f.view(-1))
         blocks = []
         for k0 in range(0, k, kb):
             terms = _core2d(pa.block(k0, kb), pa.c, pb.block(k0, kb), pb.c, S, beta, t != _F64)
@@ -309,6 +324,6 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
         return tree_sum(tuple(torch.stack([blk[i] for blk in blocks]) for i in range(nc_acc)), 0, nc_acc)
 
     res = batched(core, a, b)
-    if t != _F64 or nc_acc != nc:
+    if res[0].dtype != t or len(res) != nc:  # not already narrowed by mm_narrow
         res = convert_comps(res, t, nc)
     return res
