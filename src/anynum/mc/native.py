@@ -321,10 +321,17 @@ void anynum_mc_mm_narrow_f32(const double *tail, int64_t t_row, const double *le
                 double s, er;
                 TWO_SUM(double, h[j], l[j], s, er);
                 float a = (float)s;
-                int fin = fabsf(a) <= 3.4028234663852886e38f;  /* isfinite, vectorisable */
-                double rem = fin ? s - (double)a : 0.0;
+                /* where a is finite, (s - a) + er; else +0 = RN(0 + 0): the arithmetic first,
+                   then a mask of the bits (no branch, so the loop vectorises) */
+                double lo = (s - (double)a) + er;
+                uint32_t ab;
+                uint64_t lb;
+                memcpy(&ab, &a, 4);
+                memcpy(&lb, &lo, 8);
+                lb &= (ab & 0x7fffffffu) < 0x7f800000u ? ~(uint64_t)0 : 0;
+                memcpy(&lo, &lb, 8);
                 o0[j] = a;
-                o1[j] = (float)(rem + (fin ? er : 0.0));
+                o1[j] = (float)lo;
             }
         }
     }
