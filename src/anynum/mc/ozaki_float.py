@@ -43,6 +43,7 @@ from anynum.mc.batch2d import batched
 from anynum.mc.convert import convert_comps
 from anynum.mc.expansion import renormalize
 from anynum.mc.reduce import tree_sum
+from anynum.mc.scratch import MIN_NUMEL, POOL
 
 __all__ = ["COLLAPSE_BITS", "matmul_float", "plan"]
 
@@ -169,10 +170,23 @@ class _Operand:
         return tuple(c[:, k0 : k0 + kb] for c in self.comps)
 
 
-def _slice_left(x: Comps, use_c: bool, S: int, beta: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _scratch(shape: tuple[int, ...], device: torch.device, taken: list[torch.Tensor] | None
+             ) -> torch.Tensor:
+    """An uninitialised float64 buffer: from the scratch pool when `taken` is a list (the buffer
+    is appended to it, for the caller to give back) and the buffer is large, else fresh."""
+    size = torch.Size(shape)
+    if taken is None or device.type != "cpu" or size.numel() < MIN_NUMEL:
+        return torch.empty(size, dtype=_F64, device=device)
+    buf = POOL.take(size, torch.empty(0, dtype=_F64))
+    taken.append(buf)
+    return buf
+
+
+def _slice_left(x: Comps, use_c: bool, S: int, beta: int, taken: list[torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(abuf (R, S + 1, k): slices 0..S-1 and the remainder after S side by side, e (R, 1))."""
     R, k = x[0].shape
-    abuf = torch.empty(R, S + 1, k, dtype=_F64, device=x[0].device)
+    abuf = _scratch((R, S + 1, k), x[0].device, taken)
     if use_c:  # slices and remainder share the buffer: plane stride k, row stride (S + 1) k
         e = torch.empty(R, dtype=torch.int64)
         cslices.slice_rows(x, S, beta, (abuf, (S + 1) * k, k), (abuf, 0, (S + 1) * k, k), 1 << S, e)
@@ -207,10 +221,16 @@ def _slice_right(x: Comps, use_c: bool, S: int, beta: int
     return bq, btail, f
 
 
-def _products(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int
+def _products(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int,
+              taken: list[torch.Tensor] | None = None
               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """The unscaled slice products of a (m, k) @ bt (n, k).T: (tail (m, n), level sums (S, m, n)
-    or None when S = 0, row exponents e (m, 1), column exponents f (n, 1))."""
+    or None when S = 0, row exponents e (m, 1), column exponents f (n, 1)).
+
+    With a list `taken`, large temporaries and the products come from the scratch pool
+    (`anynum.mc.scratch`) and are appended to it: the caller gives them back once done with
+    the products.  Without, everything is freshly allocated.
+    """
     m, k = a[0].shape
     n = bt[0].shape[0]
     bq, btail, f = _slice_right(bt, b_c, S, beta)
@@ -221,12 +241,19 @@ def _products(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int
         tail = tail_v.unsqueeze(1)
         lev: torch.Tensor | None = lev_v.unsqueeze(2)
     else:
-        abuf, e = _slice_left(a, a_c, S, beta)
-        tail = abuf.view(m, (S + 1) * k) @ btail.view(n, (S + 1) * k).T
-        lev = torch.zeros(S, m, n, dtype=_F64, device=a[0].device) if S > 1 else None
+        dev = a[0].device
+        abuf, e = _slice_left(a, a_c, S, beta, taken)
+        tail = torch.mm(abuf.view(m, (S + 1) * k), btail.view(n, (S + 1) * k).T,
+                        out=_scratch((m, n), dev, taken))
+        lev = None
+        if S > 1:
+            lev = _scratch((S, m, n), dev, taken)
+            lev.zero_()
         for s in range(S):
             assert bq is not None
-            p = abuf[:, s] @ bq[: S - s].reshape((S - s) * n, k).T  # exact: integers < 2**53
+            # exact: integers < 2**53
+            p = torch.mm(abuf[:, s], bq[: S - s].reshape((S - s) * n, k).T,
+                         out=_scratch((m, (S - s) * n), dev, taken))
             if lev is None:  # S = 1: the one level sum is this product
                 lev = p.view(1, m, n)
             else:
@@ -313,8 +340,12 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
         if fused and pa.c and pb.c and kb >= k and S <= cslices.EPI_MAX_S:
             # scale, sum and narrow in one C pass: the bits of the steps below (_Scale,
             # sum_terms, convert_comps), as two float32 components
-            tail, lev, e, f = _products(pa.comps, True, pb.comps, True, S, beta)
-            return cslices.mm_narrow(tail, lev, S, beta, e.view(-1), f.view(-1))
+            taken: list[torch.Tensor] = []
+            tail, lev, e, f = _products(pa.comps, True, pb.comps, True, S, beta, taken)
+            try:
+                return cslices.mm_narrow(tail, lev, S, beta, e.view(-1), f.view(-1))
+            finally:
+                POOL.give(*taken)
         blocks = []
         for k0 in range(0, k, kb):
             terms = _core2d(pa.block(k0, kb), pa.c, pb.block(k0, kb), pb.c, S, beta, t != _F64)
