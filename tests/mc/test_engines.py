@@ -448,3 +448,18 @@ def test_fused_last_step_used(monkeypatch):
     _float_mm(mc.MCTensor(a.to_tensor(torch.float64), 3, dtype=torch.float32), b, monkeypatch)
     _float_mm(mc.MCTensor(a.to_tensor(torch.float64), 2), b.to(torch.float64), monkeypatch)
     assert len(calls) == (1 if native.library() is not None else 0)
+
+
+def test_fused_last_step_scratch_reuse(monkeypatch):
+    """Products large enough for the scratch pool: buffers reused across calls of one shape
+    never leak into results (the eager route's bits, call after call; results independent)."""
+    g = torch.Generator().manual_seed(25)
+    ops = [mc.MCTensor(torch.randn(200, 100, dtype=torch.float64, generator=g), 2, dtype=torch.float32)
+           for _ in range(2)]
+    b = torch.randn(100, 180, generator=g)
+    want = [_float_mm(x, b, monkeypatch, mode="0") for x in ops]
+    first = _float_mm(ops[0], b, monkeypatch)
+    for _ in range(2):
+        for x, w in zip(ops, want):
+            _same_bits(_float_mm(x, b, monkeypatch), w)
+    _same_bits(first, want[0])  # not overwritten by the later calls
