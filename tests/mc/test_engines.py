@@ -463,3 +463,22 @@ def test_fused_last_step_scratch_reuse(monkeypatch):
         for x, w in zip(ops, want):
             _same_bits(_float_mm(x, b, monkeypatch), w)
     _same_bits(first, want[0])  # not overwritten by the later calls
+
+
+@pytest.mark.parametrize("S", [2, 3, 5])
+def test_fused_last_step_more_slices(S, monkeypatch):
+    """Plans with S > 1 (long inner dimensions; forced here with narrower slices): the fused
+    step sums the S + 1 terms as sum_terms does, bit for bit, and stays within the bound."""
+    real_plan = ozaki_float.plan
+
+    def plan(k, na, nb, target):
+        kb = real_plan(k, na, nb, target)[2]
+        return S, (53 - math.ceil(math.log2(S * kb * na * nb))) // 2 - 3, kb
+
+    monkeypatch.setattr(ozaki_float, "plan", plan)
+    for nb in (1, 2):
+        a, b = _operands("spread", torch.float32, nb, seed=26 + S, m=9, k=70, n=11)
+        fused = _float_mm(a, b, monkeypatch)
+        _same_bits(fused, _float_mm(a, b, monkeypatch, fused=False))
+        _same_bits(fused, _float_mm(a, b, monkeypatch, mode="0"))
+        _check_bound(a, b, fused, torch.float32)
