@@ -26,6 +26,8 @@ def batched(core: Callable[[Comps, Comps], Comps], a: Comps, b: Comps) -> Comps:
     >>> tuple(r[0].shape)
     (3, 2, 5)
     """
+    if a[0].dim() == 2 and b[0].dim() == 2:
+        return core(a, b)
     m, n = a[0].shape[-2], b[0].shape[-1]
     if b[0].dim() == 2:
         batch = a[0].shape[:-2]

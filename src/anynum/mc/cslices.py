@@ -124,17 +124,17 @@ def mm_narrow(tail: torch.Tensor, lev: torch.Tensor | None, S: int, beta: int, e
     m, n = tail.shape
     assert tail.stride(1) == 1 and (lev is None or lev.stride(2) == 1)
     assert e.is_contiguous() and f.is_contiguous() and e.dtype == f.dtype == torch.int64
-    out = torch.empty(2, m, n, dtype=torch.float32)
+    o0, o1 = torch.empty(2, m, n, dtype=torch.float32).unbind(0)
     t_row = tail.stride(0)
     l_row, l_plane = (lev.stride(1), lev.stride(0)) if lev is not None else (0, 0)
     lev_ptr = lev.data_ptr() if lev is not None else None
-    c0, c1 = out[0].data_ptr(), out[1].data_ptr()
+    c0, c1 = o0.data_ptr(), o1.data_ptr()
     calls = [[tail.data_ptr() + 8 * r0 * t_row, t_row,
               lev_ptr + 8 * r0 * l_row if lev_ptr is not None else None, l_row, l_plane, S, beta,
               rows, n, e.data_ptr() + 8 * r0, f.data_ptr(), c0 + 4 * r0 * n, c1 + 4 * r0 * n, n]
              for r0, rows in _chunks(m, n * (S + 1))]
     run_parallel(lib.anynum_mc_mm_narrow_f32, calls)
-    return out[0], out[1]
+    return o0, o1
 
 
 def _chunks(R: int, k: int) -> list[tuple[int, int]]:

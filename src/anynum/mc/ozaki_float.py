@@ -33,6 +33,7 @@ proven in `anynum.mc.linalg`.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -170,6 +171,11 @@ class _Operand:
         return tuple(c[:, k0 : k0 + kb] for c in self.comps)
 
 
+@functools.cache
+def _f64_like() -> torch.Tensor:
+    return torch.empty(0, dtype=_F64)
+
+
 def _scratch(shape: tuple[int, ...], device: torch.device, taken: list[torch.Tensor] | None
              ) -> torch.Tensor:
     """An uninitialised float64 buffer: from the scratch pool when `taken` is a list (the buffer
@@ -177,7 +183,7 @@ def _scratch(shape: tuple[int, ...], device: torch.device, taken: list[torch.Ten
     size = torch.Size(shape)
     if taken is None or device.type != "cpu" or size.numel() < MIN_NUMEL:
         return torch.empty(size, dtype=_F64, device=device)
-    buf = POOL.take(size, torch.empty(0, dtype=_F64))
+    buf = POOL.take(size, _f64_like())
     taken.append(buf)
     return buf
 
@@ -252,7 +258,7 @@ def _products(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int,
         for s in range(S):
             assert bq is not None
             # exact: integers < 2**53
-            p = torch.mm(abuf[:, s], bq[: S - s].reshape((S - s) * n, k).T,
+            p = torch.mm(abuf.select(1, s), bq.narrow(0, 0, S - s).reshape((S - s) * n, k).T,
                          out=_scratch((m, (S - s) * n), dev, taken))
             if lev is None:  # S = 1: the one level sum is this product
                 lev = p.view(1, m, n)
