@@ -67,9 +67,14 @@ def plan(k: int, na: int, nb: int, target: int) -> tuple[int, int, int]:
     >>> plan(200, 2, 2, 106)  # float64 components, nc = 2, MC x MC
     (4, 20, 200)
     """
+    return _plan(k, na, nb, target, _S_MAX)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(k: int, na: int, nb: int, target: int, s_max: int) -> tuple[int, int, int]:
     kb = max(k, 1)
     while True:
-        for s in range(_S_MAX + 1):
+        for s in range(s_max + 1):
             beta = (53 - math.ceil(math.log2(max(s, 1) * kb * na * nb))) // 2
             if beta < 1:
                 break
@@ -176,7 +181,7 @@ def _f64_like() -> torch.Tensor:
     return torch.empty(0, dtype=_F64)
 
 
-def _scratch(shape: tuple[int, ...], device: torch.device, taken: list[torch.Tensor] | None
+def _scratch(shape: tuple[int, ...] | torch.Size, device: torch.device, taken: list[torch.Tensor] | None
              ) -> torch.Tensor:
     """An uninitialised float64 buffer: from the scratch pool when `taken` is a list (the buffer
     is appended to it, for the caller to give back) and the buffer is large, else fresh."""
@@ -186,6 +191,14 @@ def _scratch(shape: tuple[int, ...], device: torch.device, taken: list[torch.Ten
     buf = POOL.take(size, _f64_like())
     taken.append(buf)
     return buf
+
+
+def _mm(x: torch.Tensor, y: torch.Tensor, taken: list[torch.Tensor] | None) -> torch.Tensor:
+    """x @ y (2-D float64), into a pooled buffer where `_scratch` would pool it."""
+    size = torch.Size((x.shape[0], y.shape[1]))
+    if taken is None or x.device.type != "cpu" or size.numel() < MIN_NUMEL:
+        return torch.mm(x, y)
+    return torch.mm(x, y, out=_scratch(size, x.device, taken))
 
 
 def _slice_left(x: Comps, use_c: bool, S: int, beta: int, taken: list[torch.Tensor] | None = None
@@ -249,8 +262,7 @@ def _products(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int,
     else:
         dev = a[0].device
         abuf, e = _slice_left(a, a_c, S, beta, taken)
-        tail = torch.mm(abuf.view(m, (S + 1) * k), btail.view(n, (S + 1) * k).T,
-                        out=_scratch((m, n), dev, taken))
+        tail = _mm(abuf.view(m, (S + 1) * k), btail.view(n, (S + 1) * k).T, taken)
         lev = None
         if S > 1:
             lev = _scratch((S, m, n), dev, taken)
@@ -258,8 +270,7 @@ def _products(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int,
         for s in range(S):
             assert bq is not None
             # exact: integers < 2**53
-            p = torch.mm(abuf.select(1, s), bq.narrow(0, 0, S - s).reshape((S - s) * n, k).T,
-                         out=_scratch((m, (S - s) * n), dev, taken))
+            p = _mm(abuf.select(1, s), bq.narrow(0, 0, S - s).reshape((S - s) * n, k).T, taken)
             if lev is None:  # S = 1: the one level sum is this product
                 lev = p.view(1, m, n)
             else:
