@@ -372,9 +372,16 @@ def test_fused_last_step_bit_identical(case, monkeypatch):
 @pytest.mark.parametrize("kind", ["random", "cancel", "spread", "subnormal"])
 @pytest.mark.parametrize("nb", [1, 2])
 def test_fused_last_step_within_the_bound(kind, nb, monkeypatch):
-    """The fused route against exact rationals (the proven bound of `anynum.mc.linalg`)."""
+    """The fused route against exact rationals (the proven bound of `anynum.mc.linalg`), and
+    against the int8 engine on the same (native) route: both within the bound, so within twice
+    the bound of each other."""
     a, b = _operands(kind, torch.float32, nb, seed=hash((kind, nb, "fused")) % 2**31, m=7, k=60, n=6)
-    _check_bound(a, b, _float_mm(a, b, monkeypatch), torch.float32)
+    fused = _float_mm(a, b, monkeypatch)
+    _check_bound(a, b, fused, torch.float32)
+    with monkeypatch.context() as mp:
+        mp.setenv("ANYNUM_COMPILE", "auto")
+        int8 = mc.matmul(a, b, engine="int8")
+    _check_bound(a, b, int8, torch.float32)
     v = b[:, :1] if nb == 1 else mc.MCTensor(tuple(c[:, :1] for c in b.components()))
     _check_bound(a, v, _float_mm(a, v, monkeypatch), torch.float32)
 
