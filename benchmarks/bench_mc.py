@@ -13,7 +13,9 @@ is the median of the per-repetition ratios, so machine noise affects both sides 
   and the same with ``ANYNUM_COMPILE=0`` ("eager") for comparison;
 * mv (5000 x 500) . 500 and matmul (500 x 200) . (200 x 50), MC . tensor and MC . MC, with the
   engine chosen here ("auto") and with each engine forced (``engine=``), so one run shows what
-  a machine that picks the other engine would get.
+  a machine that picks the other engine would get;
+* the large products 1000 x 1000 x 1000 and (2000 x 500) . (500 x 500), MC . tensor and
+  MC . MC, on the engine chosen here, where the GEMMs' share shows (``--no-large`` skips them).
 
 Targets (issue 15): add and mul <= 3x; matmul nc = 2 float32 <= 10x on both kinds of machine.
 The first call of each row (native build or cache load, the engine probe) is timed separately
@@ -63,7 +65,7 @@ def eager(f: Callable[[], object]) -> Callable[[], object]:
 Case = tuple[str, Callable[[], object], Callable[[], object], int, str]
 
 
-def cases(dtype: torch.dtype) -> list[Case]:
+def cases(dtype: torch.dtype, large: bool = True) -> list[Case]:
     """(name, float64 reference, MC op, inner repetitions, target)."""
     g = torch.Generator().manual_seed(0)
     X = torch.randn(1000, 1000, dtype=torch.float64, generator=g)
@@ -95,6 +97,18 @@ def cases(dtype: torch.dtype) -> list[Case]:
              "<= 10x" if eng != "int8" else ""),
             (f"mv MC.tensor ({eng})", lambda: M @ v, lambda e=eng: mc.matmul(m, vt, engine=e), 1, ""),
         ]
+    if large:
+        for mm, kk, nn in ((1000, 1000, 1000), (2000, 500, 500)):
+            L = torch.randn(mm, kk, dtype=torch.float64, generator=g)
+            R = torch.randn(kk, nn, dtype=torch.float64, generator=g)
+            lm, rm, rt = mc.MCTensor(L, 2, dtype=dtype), mc.MCTensor(R, 2, dtype=dtype), R.to(dtype)
+            shape = f"({mm}x{kk})({kk}x{nn})"
+            out += [
+                (f"matmul MC.tensor {shape} (auto)", lambda L=L, R=R: L @ R,
+                 lambda lm=lm, rt=rt: mc.matmul(lm, rt), 1, "<= 10x"),
+                (f"matmul MC.MC {shape} (auto)", lambda L=L, R=R: L @ R,
+                 lambda lm=lm, rm=rm: mc.matmul(lm, rm), 1, "<= 10x"),
+            ]
     return out
 
 
@@ -132,6 +146,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--no-large", dest="large", action="store_false",
+                    help="skip the 1000^3 and (2000x500)(500x500) products")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     threads = [int(t) for t in args.threads.split(",")]
@@ -139,7 +155,7 @@ def main() -> None:
     rows: dict[str, dict[str, object]] = {}
     for th in threads:
         torch.set_num_threads(th)
-        for name, ref, op, inner, target in cases(dtype):
+        for name, ref, op, inner, target in cases(dtype, args.large):
             t0 = time.perf_counter()
             op()
             first = time.perf_counter() - t0

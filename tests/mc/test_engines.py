@@ -306,3 +306,186 @@ def test_float_engine_row_chunks_across_threads_identical(n, monkeypatch):
         torch.set_num_threads(old)
     for x, y in zip(one, two):
         assert torch.equal(x, y)
+
+
+# ----------------------------------------------------------------- the fused last step (mm_narrow)
+def _float_mm(x, y, monkeypatch, *, mode: str = "auto", fused: bool = True):
+    """mc.matmul on the float engine with ANYNUM_COMPILE=`mode`; `fused=False` keeps the C
+    slicer but runs the unfused last step (_Scale, sum_terms, convert_comps) in torch."""
+    with monkeypatch.context() as mp:
+        mp.setenv("ANYNUM_COMPILE", mode)
+        if not fused:
+            mp.setattr(cslices, "EPI_MAX_S", -1)
+        return mc.matmul(x, y, engine="float")
+
+
+def _same_bits(r1, r2) -> None:
+    c1 = r1.components() if isinstance(r1, mc.MCTensor) else r1
+    c2 = r2.components() if isinstance(r2, mc.MCTensor) else r2
+    assert len(c1) == len(c2)
+    for x, y in zip(c1, c2):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert torch.equal(x.contiguous().view(torch.int32), y.contiguous().view(torch.int32))
+
+
+def _fused_cases():
+    """(name, a, b) float32 operands: MC x tensor and MC x MC, every input kind, the shapes that
+    take each route (GEMMs, matrix-vector kernel, vector-matrix by transposition, k = 1 where
+    S = 0, columns past one 256-column segment), batches and non-contiguous views."""
+    shapes = [(6, 40, 5), (1, 9, 8), (8, 9, 1), (5, 1, 4), (3, 30, 300)]
+    for kind in ("random", "cancel", "spread", "subnormal"):
+        for m, k, n in shapes:
+            for nb in (1, 2):
+                seed = hash((kind, m, k, n, nb)) % 2**31
+                a, b = _operands(kind, torch.float32, nb, seed=seed, m=m, k=k, n=n)
+                yield f"{kind}-{m}x{k}x{n}-nb{nb}", a, b
+    g = torch.Generator().manual_seed(21)
+    A = torch.randn(4, 3, 16, dtype=torch.float64, generator=g)
+    B = torch.randn(16, 7, dtype=torch.float64, generator=g)
+    a3, b = mc.MCTensor(A, 2, dtype=torch.float32), mc.MCTensor(B, 2, dtype=torch.float32)
+    yield "batched-left", a3, b
+    yield "batched-both", a3, mc.MCTensor(torch.randn(4, 16, 7, dtype=torch.float64, generator=g), 2,
+                                         dtype=torch.float32)
+    yield "batched-right", mc.MCTensor(A[0], 2, dtype=torch.float32), B.expand(2, 16, 7).float()
+    big = torch.randn(30, 50, dtype=torch.float64, generator=g)
+    at = mc.MCTensor(big, 2, dtype=torch.float32)
+    at_t = mc.MCTensor(tuple(c.T for c in at.components()))  # transposed views (50, 30)
+    yield "transposed-left", at_t, torch.randn(30, 6, generator=g)
+    yield "strided-right", mc.MCTensor(big[:, :20], 2, dtype=torch.float32), big.float().T[::2, ::3][:20]
+    yield "tensor-left", big.float().T[:7], at
+    over = torch.randn(5, 8, dtype=torch.float64, generator=g) * 1e30
+    yield "overflow", mc.MCTensor(over, 2, dtype=torch.float32), torch.full((8, 3), 3e9)
+
+
+@pytest.mark.parametrize("case", list(_fused_cases()), ids=lambda c: c[0])
+def test_fused_last_step_bit_identical(case, monkeypatch):
+    """The fused C step writes the bits of the unfused steps and of the eager path (the matrix-
+    vector kernel, which also takes vector-matrix products, sums its tail in another order than
+    the eager GEMM: compared unfused only)."""
+    _, a, b = case
+    fused = _float_mm(a, b, monkeypatch)
+    _same_bits(fused, _float_mm(a, b, monkeypatch, fused=False))
+    if a.shape[-2] != 1 and b.shape[-1] != 1:
+        _same_bits(fused, _float_mm(a, b, monkeypatch, mode="0"))
+
+
+@pytest.mark.parametrize("kind", ["random", "cancel", "spread", "subnormal"])
+@pytest.mark.parametrize("nb", [1, 2])
+def test_fused_last_step_within_the_bound(kind, nb, monkeypatch):
+    """The fused route against exact rationals (the proven bound of `anynum.mc.linalg`), and
+    against the int8 engine on the same (native) route: both within the bound, so within twice
+    the bound of each other."""
+    a, b = _operands(kind, torch.float32, nb, seed=hash((kind, nb, "fused")) % 2**31, m=7, k=60, n=6)
+    fused = _float_mm(a, b, monkeypatch)
+    _check_bound(a, b, fused, torch.float32)
+    with monkeypatch.context() as mp:
+        mp.setenv("ANYNUM_COMPILE", "auto")
+        int8 = mc.matmul(a, b, engine="int8")
+    _check_bound(a, b, int8, torch.float32)
+    v = b[:, :1] if nb == 1 else mc.MCTensor(tuple(c[:, :1] for c in b.components()))
+    _check_bound(a, v, _float_mm(a, v, monkeypatch), torch.float32)
+
+
+def test_fused_last_step_nonfinite_zero_and_empty(monkeypatch):
+    """inf/NaN inputs (the native result there), zero rows and columns, empty operands: the
+    fused route returns the eager route's bits."""
+    g = torch.Generator().manual_seed(22)
+    A = torch.randn(9, 12, dtype=torch.float64, generator=g)
+    B = torch.randn(12, 7, dtype=torch.float64, generator=g)
+    A[1, 3], A[4, 0], B[5, 2] = float("inf"), float("nan"), float("-inf")
+    A[6] = 0.0
+    B[:, 4] = 0.0
+    a, b = mc.MCTensor(A, 2, dtype=torch.float32), mc.MCTensor(B, 2, dtype=torch.float32)
+    for y in (b, B.float()):
+        got = _float_mm(a, y, monkeypatch)
+        _same_bits(got, _float_mm(a, y, monkeypatch, mode="0"))
+        c0, c1 = got.components()
+        nat = A.float() @ B.float()
+        bad = ~torch.isfinite(nat)
+        assert bad.any() and torch.equal(torch.isnan(c0), torch.isnan(nat))
+        assert torch.equal(c0[bad & ~torch.isnan(nat)], nat[bad & ~torch.isnan(nat)])
+        assert (c1[bad] == 0).all()
+        assert (c0[6][~bad[6]] == 0).all() and (c1[6] == 0).all()  # 0 * inf is NaN, as native
+        assert (c0[:, 4][~bad[:, 4]] == 0).all() and (c1[:, 4] == 0).all()
+    zero = mc.MCTensor(torch.zeros(4, 5), 2)
+    _same_bits(_float_mm(zero, torch.zeros(5, 3), monkeypatch), (torch.zeros(4, 3), torch.zeros(4, 3)))
+    for m, k, n in ((0, 4, 3), (3, 0, 2), (3, 4, 0)):
+        x = mc.MCTensor(torch.randn(m, k, dtype=torch.float64), 2, dtype=torch.float32)
+        r = _float_mm(x, torch.randn(k, n), monkeypatch)
+        assert r.shape == (m, n) and r.dtype == torch.float32
+        assert all(bool((c == 0).all()) for c in r.components())
+
+
+@pytest.mark.parametrize("n", [1, 6, 300])
+def test_fused_last_step_threads_identical(n, monkeypatch):
+    """Output rows in chunks, one per thread (1 and 2 threads): same bits."""
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")
+    a, _ = _operands("spread", torch.float32, 1, seed=23, m=37, k=50)
+    b = torch.randn(50, n, dtype=torch.float64).float()
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = mc.matmul(a, b, engine="float")
+        monkeypatch.setattr(cslices, "_CHUNK_MIN", 64)
+        torch.set_num_threads(2)
+        assert len(cslices._chunks(37, 50 * 2)) == 2
+        two = mc.matmul(a, b, engine="float")
+    finally:
+        torch.set_num_threads(old)
+    _same_bits(one, two)
+
+
+def test_fused_last_step_used(monkeypatch):
+    """The float32 nc = 2 product takes the fused step when the C library is here, and not
+    with ANYNUM_COMPILE=0, nc = 3 or float64 components."""
+    calls = []
+    real = cslices.mm_narrow
+
+    def spy(*args):
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(cslices, "mm_narrow", spy)
+    a, b = _operands("random", torch.float32, 2, seed=24)
+    _float_mm(a, b, monkeypatch)
+    from anynum.mc import native
+
+    assert len(calls) == (1 if native.library() is not None else 0)
+    _float_mm(a, b, monkeypatch, mode="0")
+    _float_mm(mc.MCTensor(a.to_tensor(torch.float64), 3, dtype=torch.float32), b, monkeypatch)
+    _float_mm(mc.MCTensor(a.to_tensor(torch.float64), 2), b.to(torch.float64), monkeypatch)
+    assert len(calls) == (1 if native.library() is not None else 0)
+
+
+def test_fused_last_step_scratch_reuse(monkeypatch):
+    """Products large enough for the scratch pool: buffers reused across calls of one shape
+    never leak into results (the eager route's bits, call after call; results independent)."""
+    g = torch.Generator().manual_seed(25)
+    ops = [mc.MCTensor(torch.randn(200, 100, dtype=torch.float64, generator=g), 2, dtype=torch.float32)
+           for _ in range(2)]
+    b = torch.randn(100, 180, generator=g)
+    want = [_float_mm(x, b, monkeypatch, mode="0") for x in ops]
+    first = _float_mm(ops[0], b, monkeypatch)
+    for _ in range(2):
+        for x, w in zip(ops, want):
+            _same_bits(_float_mm(x, b, monkeypatch), w)
+    _same_bits(first, want[0])  # not overwritten by the later calls
+
+
+@pytest.mark.parametrize("S", [2, 3, 5])
+def test_fused_last_step_more_slices(S, monkeypatch):
+    """Plans with S > 1 (long inner dimensions; forced here with narrower slices): the fused
+    step sums the S + 1 terms as sum_terms does, bit for bit, and stays within the bound."""
+    real_plan = ozaki_float.plan
+
+    def plan(k, na, nb, target):
+        kb = real_plan(k, na, nb, target)[2]
+        return S, (53 - math.ceil(math.log2(S * kb * na * nb))) // 2 - 3, kb
+
+    monkeypatch.setattr(ozaki_float, "plan", plan)
+    for nb in (1, 2):
+        a, b = _operands("spread", torch.float32, nb, seed=26 + S, m=9, k=70, n=11)
+        fused = _float_mm(a, b, monkeypatch)
+        _same_bits(fused, _float_mm(a, b, monkeypatch, fused=False))
+        _same_bits(fused, _float_mm(a, b, monkeypatch, mode="0"))
+        _check_bound(a, b, fused, torch.float32)

@@ -26,14 +26,16 @@ def batched(core: Callable[[Comps, Comps], Comps], a: Comps, b: Comps) -> Comps:
     >>> tuple(r[0].shape)
     (3, 2, 5)
     """
+    if a[0].dim() == 2 and b[0].dim() == 2:
+        return core(a, b)
     m, n = a[0].shape[-2], b[0].shape[-1]
     if b[0].dim() == 2:
         batch = a[0].shape[:-2]
-        res = core(tuple(c.reshape(-1, c.shape[-1]) for c in a), b)
+        res = core(tuple(c.reshape(c.shape[:-1].numel(), c.shape[-1]) for c in a), b)  # k may be 0
         return tuple(c.reshape(*batch, m, n) for c in res)
     if a[0].dim() == 2:
         batch = b[0].shape[:-2]
-        bt = tuple(c.transpose(-1, -2).reshape(-1, c.shape[-2]) for c in b)
+        bt = tuple(c.transpose(-1, -2).reshape(batch.numel() * n, c.shape[-2]) for c in b)
         res = core(bt, tuple(c.T for c in a))
         return tuple(c.reshape(*batch, n, m).transpose(-1, -2) for c in res)
     batch = torch.broadcast_shapes(a[0].shape[:-2], b[0].shape[:-2])

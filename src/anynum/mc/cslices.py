@@ -12,6 +12,12 @@
   are exact in any order (integers below 2**53); the tail is summed in eight interleaved
   float64 partial sums, which the error bound of the tail (any summation order) covers.
 
+* ``mm_narrow``: the last step of a product with float32 components and nc = 2: the raw
+  slice products are scaled, summed in float64 double-word arithmetic and narrowed to two
+  float32 components (with the non-finite handling of the narrowing) in one pass, with the
+  operations of `_Scale`, `sum_terms` and `anynum.mc.convert` in their order: the same bits
+  (tested), writing the two result components and nothing else.
+
 Compiled with the double-word loops, ``-ffp-contract=off`` and without fast-math.  No
 compiler: the torch path runs.
 """
@@ -23,9 +29,10 @@ import torch
 from anynum.kernels.settings import compile_mode
 from anynum.mc.native import library, run_parallel
 
-__all__ = ["MV_MAX_S", "available", "mv", "slice_rows"]
+__all__ = ["EPI_MAX_S", "MV_MAX_S", "available", "mm_narrow", "mv", "slice_rows"]
 
 MV_MAX_S = 8  # the fused matrix-vector kernel keeps at most 8 level sums per row
+EPI_MAX_S = 32  # mm_narrow takes at most 32 level sums (EPI_MAX_S in the C source)
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _CHUNK_MIN = 1 << 16  # elements per thread below which one call is cheaper than a thread hand-off
@@ -102,6 +109,32 @@ def mv(comps: tuple[torch.Tensor, ...], S: int, beta: int, bq: torch.Tensor | No
               e.data_ptr() + 8 * r0] for r0, n in _chunks(R, k)]
     run_parallel(fn, calls)
     return lev[:S], tail, e
+
+
+def mm_narrow(tail: torch.Tensor, lev: torch.Tensor | None, S: int, beta: int, e: torch.Tensor,
+              f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The product's two float32 components from its raw float64 slice products.
+
+    `tail` (m, n) and `lev` (S, m, n) (None when S = 0) hold the unscaled tail product and
+    level sums (unit column stride), `e` (m,) and `f` (n,) the int64 row and column exponents
+    (contiguous).  The components share one (2, m, n) allocation.
+    """
+    lib = library()
+    assert lib is not None and S <= EPI_MAX_S
+    m, n = tail.shape
+    assert tail.stride(1) == 1 and (lev is None or lev.stride(2) == 1)
+    assert e.is_contiguous() and f.is_contiguous() and e.dtype == f.dtype == torch.int64
+    o0, o1 = torch.empty(2, m, n, dtype=torch.float32).unbind(0)
+    t_row = tail.stride(0)
+    l_row, l_plane = (lev.stride(1), lev.stride(0)) if lev is not None else (0, 0)
+    lev_ptr = lev.data_ptr() if lev is not None else None
+    c0, c1 = o0.data_ptr(), o1.data_ptr()
+    calls = [[tail.data_ptr() + 8 * r0 * t_row, t_row,
+              lev_ptr + 8 * r0 * l_row if lev_ptr is not None else None, l_row, l_plane, S, beta,
+              rows, n, e.data_ptr() + 8 * r0, f.data_ptr(), c0 + 4 * r0 * n, c1 + 4 * r0 * n, n]
+             for r0, rows in _chunks(m, n * (S + 1))]
+    run_parallel(lib.anynum_mc_mm_narrow_f32, calls)
+    return o0, o1
 
 
 def _chunks(R: int, k: int) -> list[tuple[int, int]]:

@@ -1,9 +1,10 @@
 """The native library of `anynum.mc`: C source, build and load through `anynum.kernels.nativelib`.
 
 One library holds the double-word loops (`anynum.mc.cloops`) and the float engine's slicing
-kernels (`anynum.mc.cslices`), for float and double.  Every function transliterates, operation
-for operation, the torch code it replaces (IEEE operations in the component dtype, C99 ``fma``
-where torch uses ``addcmul``, ``nearbyint`` where it uses ``torch.round``), compiled with
+kernels and fused last step (`anynum.mc.cslices`), for float and double.  Every function
+transliterates, operation for operation, the torch code it replaces (IEEE operations in the
+component dtype, C99 ``fma`` where torch uses ``addcmul``, ``nearbyint`` where it uses
+``torch.round``), compiled with
 ``-ffp-contract=off`` (no contraction of ``a*b + c`` into an FMA, which would make error
 terms vanish) and without fast-math, so the results are the torch paths' bits (tested).
 It is built once per user and machine into nativelib's private, verified cache; no compiler,
@@ -147,13 +148,23 @@ static void load_f64(const double *p0, const double *p1, int64_t cs, int64_t n, 
 }
 
 static double max_abs(const double *x, int64_t n, double m) {
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) { double a = fabs(x[j + l]); acc[l] = a > acc[l] ? a : acc[l]; }
-    for (; j < n; j++) { double a = fabs(x[j]); acc[0] = a > acc[0] ? a : acc[0]; }
-    for (int l = 0; l < 8; l++) m = acc[l] > m ? acc[l] : m;
-    return m;
+    /* max(m, |x[j]|): the magnitudes' bit patterns order like their values (NaN's above
+       inf's), so an unsigned integer maximum, which vectorises, finds it; a NaN falls back to
+       the comparisons, which skip NaNs */
+    uint64_t mb = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint64_t b;
+        memcpy(&b, x + j, 8);
+        b &= 0x7fffffffffffffffULL;
+        mb = b > mb ? b : mb;
+    }
+    if (mb > 0x7ff0000000000000ULL) {
+        for (int64_t j = 0; j < n; j++) { double a = fabs(x[j]); m = a > m ? a : m; }
+        return m;
+    }
+    double a;
+    memcpy(&a, &mb, 8);
+    return a > m ? a : m;
 }
 
 /* acc[l] += x[j] y[j] over j = l mod 8: eight independent sums (any order is covered) */
@@ -167,7 +178,8 @@ static void dot8(double *restrict acc, const double *restrict x, const double *r
     for (int l = 0; l < 8; l++) acc[l] = a[l];
 }
 
-static void scale(double *x, int64_t n, int64_t ex) {
+/* x <- x 2**ex (one multiplication where 2**ex is normal, else two); also into t0 if given */
+static void scale(double *restrict x, double *restrict t0, int64_t n, int64_t ex) {
     if (ex >= -1022 && ex <= 1023) {
         double f = ldexp(1.0, (int)ex);
         for (int64_t j = 0; j < n; j++) x[j] = x[j] * f;
@@ -176,15 +188,24 @@ static void scale(double *x, int64_t n, int64_t ex) {
         double f1 = ldexp(1.0, (int)e1), f2 = ldexp(1.0, (int)(ex - e1));
         for (int64_t j = 0; j < n; j++) x[j] = (x[j] * f1) * f2;
     }
+    if (t0) for (int64_t j = 0; j < n; j++) t0[j] = x[j];
 }
 
-static void slice_step(double *restrict x, double *restrict q, int64_t n, double step) {
+/* one slice: x <- x step (s > 0), q = nearbyint(x), x <- x - q; the remainder also into t,
+   and only there for the last slice (`last`; storing x back too doubled the time of the pass) */
+static void slice_step(double *restrict x, double *restrict q, double *restrict t, int64_t n,
+                       double step, int last) {
     if (step != 1.0) for (int64_t j = 0; j < n; j++) x[j] = x[j] * step;
-    for (int64_t j = 0; j < n; j++) { double qq = nearbyint(x[j]); q[j] = qq; x[j] = x[j] - qq; }
-}
-
-static void copy(double *restrict dst, const double *restrict src, int64_t n) {
-    for (int64_t j = 0; j < n; j++) dst[j] = src[j];
+    if (t && last) {
+        for (int64_t j = 0; j < n; j++) { double qq = nearbyint(x[j]); q[j] = qq; t[j] = x[j] - qq; }
+    } else if (t) {
+        for (int64_t j = 0; j < n; j++) {
+            double qq = nearbyint(x[j]), r = x[j] - qq;
+            q[j] = qq; x[j] = r; t[j] = r;
+        }
+    } else {
+        for (int64_t j = 0; j < n; j++) { double qq = nearbyint(x[j]); q[j] = qq; x[j] = x[j] - qq; }
+    }
 }
 
 #define SLICE_KERNELS(T, SFX)                                                                    \
@@ -204,7 +225,7 @@ void anynum_mc_slice_##SFX(const T *a0, const T *a1, int64_t R, int64_t k, int64
                            int64_t q_plane, double *t, int64_t t_row, int64_t t_plane,          \
                            int64_t tmask, int64_t *e_out) {                                     \
     const double step = ldexp(1.0, (int)beta);                                                  \
-    double xs[SB], qs[SB];                                                                      \
+    double xs[SB] __attribute__((aligned(64)));  /* whole cache lines: AVX-512 */        \
     for (int64_t r = 0; r < R; r++) {                                                           \
         const T *p0 = a0 + r * rs, *p1 = a1 ? a1 + r * rs : 0;                                  \
         int e = row_exponent_##SFX(p0, p1, k, cs, xs);                                          \
@@ -212,13 +233,12 @@ void anynum_mc_slice_##SFX(const T *a0, const T *a1, int64_t R, int64_t k, int64
         for (int64_t j0 = 0; j0 < k; j0 += SB) {                                                \
             int64_t nb = k - j0 < SB ? k - j0 : SB;                                             \
             if (k > SB) load_##SFX(p0 + j0 * cs, p1 ? p1 + j0 * cs : 0, cs, nb, xs);            \
-            scale(xs, nb, (S ? beta : 0) - e);                                                  \
             double *tr = t + r * t_row + j0;                                                    \
-            if (tmask & 1) copy(tr, xs, nb);                                                    \
-            for (int64_t s = 0; s < S; s++) {                                                   \
-                slice_step(xs, q + s * q_plane + r * q_row + j0, nb, s ? step : 1.0);           \
-                if ((tmask >> (s + 1)) & 1) copy(tr + (s + 1) * t_plane, xs, nb);               \
-            }                                                                                   \
+            scale(xs, (tmask & 1) ? tr : 0, nb, (S ? beta : 0) - e);                            \
+            for (int64_t s = 0; s < S; s++)                                                     \
+                slice_step(xs, q + s * q_plane + r * q_row + j0,                                \
+                           ((tmask >> (s + 1)) & 1) ? tr + (s + 1) * t_plane : 0, nb,           \
+                           s ? step : 1.0, s == S - 1);                                         \
         }                                                                                       \
     }                                                                                           \
 }                                                                                               \
@@ -226,7 +246,7 @@ void anynum_mc_mv_##SFX(const T *a0, const T *a1, int64_t R, int64_t k, int64_t 
                         int64_t S, int64_t beta, const double *bq, const double *bt,            \
                         double *lev, int64_t lev_stride, double *tail, int64_t *e_out) {        \
     const double step = ldexp(1.0, (int)beta);                                                  \
-    double xs[SB], qs[SB];                                                                      \
+    double xs[SB] __attribute__((aligned(64))), qs[SB] __attribute__((aligned(64)));            \
     for (int64_t r = 0; r < R; r++) {                                                           \
         const T *p0 = a0 + r * rs, *p1 = a1 ? a1 + r * rs : 0;                                  \
         int e = row_exponent_##SFX(p0, p1, k, cs, xs);                                          \
@@ -235,9 +255,9 @@ void anynum_mc_mv_##SFX(const T *a0, const T *a1, int64_t R, int64_t k, int64_t 
         for (int64_t j0 = 0; j0 < k; j0 += SB) {                                                \
             int64_t nb = k - j0 < SB ? k - j0 : SB;                                             \
             if (k > SB) load_##SFX(p0 + j0 * cs, p1 ? p1 + j0 * cs : 0, cs, nb, xs);            \
-            scale(xs, nb, (S ? beta : 0) - e);                                                  \
+            scale(xs, 0, nb, (S ? beta : 0) - e);                                               \
             for (int64_t s = 0; s < S; s++) {                                                   \
-                slice_step(xs, qs, nb, s ? step : 1.0);                                         \
+                slice_step(xs, qs, 0, nb, s ? step : 1.0, 0);                                   \
                 for (int64_t u = 0; u + s < S; u++) dot8(lv[s + u], qs, bq + u * k + j0, nb);   \
                 dot8(tl, qs, bt + s * k + j0, nb);                                              \
             }                                                                                   \
@@ -258,6 +278,66 @@ SLICE_KERNELS(float, f32)
 SLICE_KERNELS(double, f64)
 """
 
+EPILOGUE_SOURCE = r"""
+/* The float engine's last step for float32 components and nc = 2 (anynum.mc.ozaki_float):
+   per output, the S + 1 raw slice products (tail, then level sums S-1 .. 0) scaled exactly
+   as _Scale does, (x * 2**e_r) * 2**(f_c - c), summed as sum_terms does (h = first term,
+   l = +0, then DWPlusFP per term), and narrowed to two floats as convert._dw_narrow does
+   (TwoSum, round, exact remainder where finite, round): the same IEEE operations in the same
+   order, so the same bits, in one pass over the products instead of about twenty.  Each row
+   is done in segments of EB columns held in small buffers, so every inner loop vectorises. */
+#define EB 256
+#define EPI_MAX_S 32
+
+static double pow2_normal(int64_t ex) { return ldexp(1.0, (int)ex); }  /* -1022 <= ex <= 1023 */
+
+void anynum_mc_mm_narrow_f32(const double *tail, int64_t t_row, const double *lev,
+                             int64_t l_row, int64_t l_plane, int64_t S, int64_t beta,
+                             int64_t m, int64_t n, const int64_t *e, const int64_t *f,
+                             float *c0, float *c1, int64_t o_row) {
+    double pf[EPI_MAX_S + 1][EB], h[EB], l[EB];
+    for (int64_t j0 = 0; j0 < n; j0 += EB) {
+        int64_t nb = n - j0 < EB ? n - j0 : EB;
+        for (int64_t d = 0; d <= S; d++)  /* term d < S: level d, weight (d + 2) beta; d = S: tail */
+            for (int64_t j = 0; j < nb; j++)
+                pf[d][j] = pow2_normal(f[j0 + j] - (d < S ? d + 2 : S + 1) * beta);
+        for (int64_t r = 0; r < m; r++) {
+            const double pe = pow2_normal(e[r]);
+            const double *tr = tail + r * t_row + j0;
+            const double *ps = pf[S];
+            for (int64_t j = 0; j < nb; j++) { h[j] = (tr[j] * pe) * ps[j]; l[j] = 0.0; }
+            for (int64_t d = S - 1; d >= 0; d--) {
+                const double *lr = lev + d * l_plane + r * l_row + j0, *pd = pf[d];
+                for (int64_t j = 0; j < nb; j++) {
+                    double y = (lr[j] * pe) * pd[j], sh, sl, v, hh, ll;
+                    TWO_SUM(double, h[j], y, sh, sl);
+                    v = l[j] + sl;
+                    FAST_TWO_SUM(double, sh, v, hh, ll);
+                    h[j] = hh; l[j] = ll;
+                }
+            }
+            float *o0 = c0 + r * o_row + j0, *o1 = c1 + r * o_row + j0;
+            for (int64_t j = 0; j < nb; j++) {
+                double s, er;
+                TWO_SUM(double, h[j], l[j], s, er);
+                float a = (float)s;
+                /* where a is finite, (s - a) + er; else +0 = RN(0 + 0): the arithmetic first,
+                   then a mask of the bits (no branch, so the loop vectorises) */
+                double lo = (s - (double)a) + er;
+                uint32_t ab;
+                uint64_t lb;
+                memcpy(&ab, &a, 4);
+                memcpy(&lb, &lo, 8);
+                lb &= (ab & 0x7fffffffu) < 0x7f800000u ? ~(uint64_t)0 : 0;
+                memcpy(&lo, &lb, 8);
+                o0[j] = a;
+                o1[j] = (float)lo;
+            }
+        }
+    }
+}
+"""
+
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _SIGNATURES = {
@@ -267,8 +347,10 @@ _SIGNATURES = {
        for sfx in ("f32", "f64")},
     **{f"anynum_mc_mv_{sfx}": [_P, _P, _I, _I, _I, _I, _I, _I, _P, _P, _P, _I, _P, _P]
        for sfx in ("f32", "f64")},
+    "anynum_mc_mm_narrow_f32": [_P, _I, _P, _I, _I, _I, _I, _I, _I, _P, _P, _P, _P, _I],
 }
-_NATIVE = NativeSource("mc", "#include <math.h>\n#include <stdint.h>\n" + DW_SOURCE + SLICE_SOURCE,
+_NATIVE = NativeSource("mc", "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n"
+                       + DW_SOURCE + SLICE_SOURCE + EPILOGUE_SOURCE,
                        flags=("-ffp-contract=off", "-fno-fast-math"))
 
 

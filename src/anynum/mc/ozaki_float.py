@@ -25,12 +25,15 @@ The product splits exactly into
 
 For float32 components and nc = 2 that is S = 1: one exact k-GEMM and one 2k-GEMM, three
 float64 GEMMs' worth of work in all.  The terms are summed, smallest first, in float64 MC
-arithmetic and rounded to the component dtype.  The error bound shared with the int8 engine is
+arithmetic and rounded to the component dtype; for float32 components and nc = 2 the scaling,
+the sum and the rounding run as one C pass over the products (`anynum.mc.cslices.mm_narrow`,
+the same operations in the same order: the same bits).  The error bound shared with the int8 engine is
 proven in `anynum.mc.linalg`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -41,6 +44,7 @@ from anynum.mc.batch2d import batched
 from anynum.mc.convert import convert_comps
 from anynum.mc.expansion import renormalize
 from anynum.mc.reduce import tree_sum
+from anynum.mc.scratch import MIN_NUMEL, POOL
 
 __all__ = ["COLLAPSE_BITS", "matmul_float", "plan"]
 
@@ -63,9 +67,14 @@ def plan(k: int, na: int, nb: int, target: int) -> tuple[int, int, int]:
     >>> plan(200, 2, 2, 106)  # float64 components, nc = 2, MC x MC
     (4, 20, 200)
     """
+    return _plan(k, na, nb, target, _S_MAX)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(k: int, na: int, nb: int, target: int, s_max: int) -> tuple[int, int, int]:
     kb = max(k, 1)
     while True:
-        for s in range(_S_MAX + 1):
+        for s in range(s_max + 1):
             beta = (53 - math.ceil(math.log2(max(s, 1) * kb * na * nb))) // 2
             if beta < 1:
                 break
@@ -167,10 +176,36 @@ class _Operand:
         return tuple(c[:, k0 : k0 + kb] for c in self.comps)
 
 
-def _slice_left(x: Comps, use_c: bool, S: int, beta: int) -> tuple[torch.Tensor, torch.Tensor]:
+@functools.cache
+def _f64_like() -> torch.Tensor:
+    return torch.empty(0, dtype=_F64)
+
+
+def _scratch(shape: tuple[int, ...] | torch.Size, device: torch.device, taken: list[torch.Tensor] | None
+             ) -> torch.Tensor:
+    """An uninitialised float64 buffer: from the scratch pool when `taken` is a list (the buffer
+    is appended to it, for the caller to give back) and the buffer is large, else fresh."""
+    size = torch.Size(shape)
+    if taken is None or device.type != "cpu" or size.numel() < MIN_NUMEL:
+        return torch.empty(size, dtype=_F64, device=device)
+    buf = POOL.take(size, _f64_like())
+    taken.append(buf)
+    return buf
+
+
+def _mm(x: torch.Tensor, y: torch.Tensor, taken: list[torch.Tensor] | None) -> torch.Tensor:
+    """x @ y (2-D float64), into a pooled buffer where `_scratch` would pool it."""
+    size = torch.Size((x.shape[0], y.shape[1]))
+    if taken is None or x.device.type != "cpu" or size.numel() < MIN_NUMEL:
+        return torch.mm(x, y)
+    return torch.mm(x, y, out=_scratch(size, x.device, taken))
+
+
+def _slice_left(x: Comps, use_c: bool, S: int, beta: int, taken: list[torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(abuf (R, S + 1, k): slices 0..S-1 and the remainder after S side by side, e (R, 1))."""
     R, k = x[0].shape
-    abuf = torch.empty(R, S + 1, k, dtype=_F64, device=x[0].device)
+    abuf = _scratch((R, S + 1, k), x[0].device, taken)
     if use_c:  # slices and remainder share the buffer: plane stride k, row stride (S + 1) k
         e = torch.empty(R, dtype=torch.int64)
         cslices.slice_rows(x, S, beta, (abuf, (S + 1) * k, k), (abuf, 0, (S + 1) * k, k), 1 << S, e)
@@ -205,9 +240,16 @@ def _slice_right(x: Comps, use_c: bool, S: int, beta: int
     return bq, btail, f
 
 
-def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow: bool
-            ) -> list[torch.Tensor]:
-    """Terms (float64, (m, n)), smallest first, whose sum is the product a (m, k) @ bt (n, k).T."""
+def _products(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int,
+              taken: list[torch.Tensor] | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """The unscaled slice products of a (m, k) @ bt (n, k).T: (tail (m, n), level sums (S, m, n)
+    or None when S = 0, row exponents e (m, 1), column exponents f (n, 1)).
+
+    With a list `taken`, large temporaries and the products come from the scratch pool
+    (`anynum.mc.scratch`) and are appended to it: the caller gives them back once done with
+    the products.  Without, everything is freshly allocated.
+    """
     m, k = a[0].shape
     n = bt[0].shape[0]
     bq, btail, f = _slice_right(bt, b_c, S, beta)
@@ -218,20 +260,31 @@ def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow
         tail = tail_v.unsqueeze(1)
         lev: torch.Tensor | None = lev_v.unsqueeze(2)
     else:
-        abuf, e = _slice_left(a, a_c, S, beta)
-        tail = abuf.view(m, (S + 1) * k) @ btail.view(n, (S + 1) * k).T
-        lev = torch.zeros(S, m, n, dtype=_F64, device=a[0].device) if S > 1 else None
+        dev = a[0].device
+        abuf, e = _slice_left(a, a_c, S, beta, taken)
+        tail = _mm(abuf.view(m, (S + 1) * k), btail.view(n, (S + 1) * k).T, taken)
+        lev = None
+        if S > 1:
+            lev = _scratch((S, m, n), dev, taken)
+            lev.zero_()
         for s in range(S):
             assert bq is not None
-            p = abuf[:, s] @ bq[: S - s].reshape((S - s) * n, k).T  # exact: integers < 2**53
+            # exact: integers < 2**53
+            p = _mm(abuf.select(1, s), bq.narrow(0, 0, S - s).reshape((S - s) * n, k).T, taken)
             if lev is None:  # S = 1: the one level sum is this product
                 lev = p.view(1, m, n)
             else:
                 lev[s:].add_(p.view(m, S - s, n).transpose(0, 1))  # exact
+    return tail, lev if S else None, e, f
+
+
+def _core2d(a: Comps, a_c: bool, bt: Comps, b_c: bool, S: int, beta: int, narrow: bool
+            ) -> list[torch.Tensor]:
+    """Terms (float64, (m, n)), smallest first, whose sum is the product a (m, k) @ bt (n, k).T."""
+    tail, lev, e, f = _products(a, a_c, bt, b_c, S, beta)
     scale = _Scale(e, f, narrow)
     terms = [scale(tail, (S + 1) * beta)]
-    if S:
-        assert lev is not None
+    if lev is not None:
         terms += [scale(lev[d], (d + 2) * beta) for d in range(S - 1, -1, -1)]
     return terms
 
@@ -289,6 +342,7 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
     t = a[0].dtype
     pt = info(t).precision
     nc_acc = nc if t == _F64 else max(1, math.ceil(nc * pt / 53)) + (1 if nc > 1 else 0)
+    fused = t == torch.float32 and nc == 2 and nc_acc == 2  # float32 double words: mm_narrow
 
     def core(p: Comps, q: Comps) -> Comps:
         m, k = p[0].shape
@@ -300,6 +354,15 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
             return tuple(c.T for c in core(tuple(c.T for c in q), tuple(c.T for c in p)))
         pa, pb = _Operand(p, pt), _Operand(tuple(c.T for c in q), pt)
         S, beta, kb = plan(k, pa.n, pb.n, nc * pt)
+        if fused and pa.c and pb.c and kb >= k and S <= cslices.EPI_MAX_S:
+            # scale, sum and narrow in one C pass: the bits of the steps below (_Scale,
+            # sum_terms, convert_comps), as two float32 components
+            taken: list[torch.Tensor] = []
+            tail, lev, e, f = _products(pa.comps, True, pb.comps, True, S, beta, taken)
+            try:
+                return cslices.mm_narrow(tail, lev, S, beta, e.view(-1), f.view(-1))
+            finally:
+                POOL.give(*taken)
         blocks = []
         for k0 in range(0, k, kb):
             terms = _core2d(pa.block(k0, kb), pa.c, pb.block(k0, kb), pb.c, S, beta, t != _F64)
@@ -309,6 +372,6 @@ def matmul_float(a: Comps, b: Comps, nc: int) -> Comps:
         return tree_sum(tuple(torch.stack([blk[i] for blk in blocks]) for i in range(nc_acc)), 0, nc_acc)
 
     res = batched(core, a, b)
-    if t != _F64 or nc_acc != nc:
+    if res[0].dtype != t or len(res) != nc:  # not already narrowed by mm_narrow
         res = convert_comps(res, t, nc)
     return res

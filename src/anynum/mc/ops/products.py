@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -47,8 +48,8 @@ def matmul(x: Any, y: Any, *, engine: str | None = None) -> MCTensor:
     def fwd(p: Comps, q: Comps) -> Comps:
         if nc == 1:
             return (torch.matmul(p[0], q[0]),)
-        # a finite sum proves every entry finite (one cheap pass); else check entrywise
-        if bool(torch.isfinite(p[0].sum() + q[0].sum())):
+        # finite sums prove every entry finite (one cheap pass each); else check entrywise
+        if math.isfinite(p[0].sum().item()) and math.isfinite(q[0].sum().item()):
             return linalg.matmul(p, q, nc, engine)
         fa = torch.isfinite(p[0])
         fb = torch.isfinite(q[0])
