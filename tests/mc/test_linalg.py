@@ -157,3 +157,23 @@ def test_int8_engine_diagonal_combination(dtype, mag):
             want = sum(terms, Fraction(0))
             scale = sum((abs(t) for t in terms), Fraction(0))
             assert abs(got[i * n + j] - want) <= 2 * unit * scale, (i, j)
+
+
+@pytest.mark.parametrize(
+    "xs, ys, what",
+    [
+        ((3, 4), (5, 2), "inner dimensions"),
+        ((3, 4), (5,), "inner dimensions"),
+        ((2, 3, 4), (3, 4, 2), "batch dimensions"),
+    ],
+)
+def test_matmul_refuses_shapes_torch_would_refuse(xs: tuple, ys: tuple, what: str) -> None:
+    """(3x4) @ (5x2) once came back as a 3x2 result: shapes are checked before any slicing."""
+    a = mc.MCTensor(torch.randn(xs, dtype=torch.float64), 2)
+    b = torch.randn(ys, dtype=torch.float64)
+    with pytest.raises(RuntimeError):
+        torch.matmul(torch.randn(xs, dtype=torch.float64), b)  # torch agrees these are wrong
+    with pytest.raises(AnynumError, match=what):
+        mc.matmul(a, b)
+    with pytest.raises(AnynumError, match=what):
+        mc.matmul(a, mc.MCTensor(b, 2))

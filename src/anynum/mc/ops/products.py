@@ -44,6 +44,21 @@ def matmul(x: Any, y: Any, *, engine: str | None = None) -> MCTensor:
     (a, b), nc, _ = mc_args(x, y)
     if a[0].dim() == 0 or b[0].dim() == 0:
         raise AnynumError("matmul needs operands with at least one dimension")
+    sa, sb = a[0].shape, b[0].shape
+    inner_b = sb[-2] if len(sb) > 1 else sb[0]
+    if sa[-1] != inner_b:
+        raise AnynumError(
+            f"mc.matmul: the inner dimensions differ: x is {tuple(sa)} and y is {tuple(sb)}, so x's "
+            f"last dimension ({sa[-1]}) must equal y's {'second-to-last' if len(sb) > 1 else 'only'} "
+            f"dimension ({inner_b}); transpose or reshape one of them (torch.matmul's rules)."
+        )
+    try:
+        torch.broadcast_shapes(sa[:-2], sb[:-2])
+    except RuntimeError:
+        raise AnynumError(
+            f"mc.matmul: the batch dimensions of x {tuple(sa)} and y {tuple(sb)} do not broadcast "
+            f"({tuple(sa[:-2])} against {tuple(sb[:-2])}); make them equal or 1 (torch.matmul's rules)."
+        ) from None
 
     def fwd(p: Comps, q: Comps) -> Comps:
         if nc == 1:
