@@ -217,12 +217,10 @@ def float_params(fmt: FloatFormat, wdtype: torch.dtype, overflow: str) -> FloatP
 
 
 def rne_on_bits(fmt: FloatFormat, wdtype: torch.dtype) -> bool:
-    """Whether nearest-even onto `fmt` may run on the working type's bits (scalar.c float_rne).
-
-    It may where `fmt` is signed with a zero, narrower than the working type, and its whole grid
-    (subnormals included, none flushed) lies inside the working type's finite range on the
-    same binades: then rounding the fraction bits of a normal input is the format's rounding,
-    and the working type's own addition rounds at the format's subnormal step.
+    """Whether nearest-even onto `fmt` may run on the working type's bits (scalar.c float_rne):
+    `fmt` signed with a zero, narrower, its whole grid (subnormals kept) inside the working
+    type's binades, so rounding a normal input's fraction bits is the format's rounding and the
+    working type's own addition rounds at the format's subnormal step.
 
     >>> import anynum as an
     >>> rne_on_bits(an.E4M3FN, torch.float32), rne_on_bits(an.FP32, torch.float32)
@@ -230,11 +228,7 @@ def rne_on_bits(fmt: FloatFormat, wdtype: torch.dtype) -> bool:
     """
     lay = layout(wdtype)
     return (
-        fmt.zero
-        and fmt.signed
-        and fmt.subnormals
-        and lay.emin <= fmt.emin
-        and fmt.emax <= lay.emax
+        fmt.zero and fmt.signed and fmt.subnormals and lay.emin <= fmt.emin and fmt.emax <= lay.emax
         and 1 <= fmt.man_bits < lay.man_bits  # (with no fraction bits, ties go up: s = 1.5 -> 2)
         and fmt.emin - fmt.man_bits >= lay.quantum_min
         and fmt.emin + lay.man_bits - fmt.man_bits <= lay.emax  # the subnormal magic is finite
