@@ -101,7 +101,7 @@ class FloatParams(ctypes.Structure):
                 "overflow",
                 "recip",
                 "common",
-                "rne_bits",
+                "on_bits",
                 "pad",
             )
         ),
@@ -212,18 +212,18 @@ def float_params(fmt: FloatFormat, wdtype: torch.dtype, overflow: str) -> FloatP
         # normal when flushing): their reciprocals are exact if all are normal with normal inverses.
         recip=int(fmt.emin - fmt.man_bits >= lay.emin and fmt.man_bits >= 1 and fmt.emin >= lay.emin),
         common=int(fmt.zero and fmt.signed),
-        rne_bits=int(rne_on_bits(fmt, wdtype)),
+        on_bits=int(float_on_bits(fmt, wdtype)),
     )
 
 
-def rne_on_bits(fmt: FloatFormat, wdtype: torch.dtype) -> bool:
-    """Whether nearest-even onto `fmt` may run on the working type's bits (scalar.c float_rne):
-    `fmt` signed with a zero, narrower, its whole grid (subnormals kept) inside the working
-    type's binades, so rounding a normal input's fraction bits is the format's rounding and the
-    working type's own addition rounds at the format's subnormal step.
+def float_on_bits(fmt: FloatFormat, wdtype: torch.dtype) -> bool:
+    """Whether the deterministic modes onto `fmt` may run on the working type's bits (scalar.c
+    float_bits): `fmt` signed with a zero, narrower, its whole grid (subnormals kept) inside the
+    working type's binades, so rounding a normal input's fraction bits is the format's rounding
+    and its subnormals have one step, a power of two the working type holds.
 
     >>> import anynum as an
-    >>> rne_on_bits(an.E4M3FN, torch.float32), rne_on_bits(an.FP32, torch.float32)
+    >>> float_on_bits(an.E4M3FN, torch.float32), float_on_bits(an.FP32, torch.float32)
     (True, False)
     """
     lay = layout(wdtype)
@@ -231,7 +231,7 @@ def rne_on_bits(fmt: FloatFormat, wdtype: torch.dtype) -> bool:
         fmt.zero and fmt.signed and fmt.subnormals and lay.emin <= fmt.emin and fmt.emax <= lay.emax
         and 1 <= fmt.man_bits < lay.man_bits  # (with no fraction bits, ties go up: s = 1.5 -> 2)
         and fmt.emin - fmt.man_bits >= lay.quantum_min
-        and fmt.emin + lay.man_bits - fmt.man_bits <= lay.emax  # the subnormal magic is finite
+        and 0 <= fmt.man_bits - fmt.emin <= 2 * lay.emax  # 1 / step: two factors, each finite
     )
 
 

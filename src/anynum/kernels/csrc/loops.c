@@ -43,7 +43,18 @@
     ELEM_LOOP(positfast_##M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                        \
               SFX(positfast_round)(x, &k, M, 1, base, index, rbits, two_r, &u, 0))
 
-ELEM_LOOP(float_rne_loop, SFX(rne_consts)(&c->f), SFX(rne_k), SFX(float_rne)(x, &k))
+#define BITS_LOOP(M) ELEM_LOOP(float_bits_##M, SFX(bits_consts)(&c->f), SFX(bits_k), SFX(float_bits)(x, &k, M))
+BITS_LOOP(0)
+BITS_LOOP(1)
+BITS_LOOP(2)
+BITS_LOOP(3)
+BITS_LOOP(4)
+BITS_LOOP(5)
+BITS_LOOP(6)
+/* [mode]: the deterministic modes on bits (float_on_bits) */
+static const any_loop SFX(bits_loops)[M_SR] = {SFX(float_bits_0), SFX(float_bits_1), SFX(float_bits_2),
+                                               SFX(float_bits_3), SFX(float_bits_4), SFX(float_bits_5),
+                                               SFX(float_bits_6)};
 
 FLOAT_LOOPS(0)
 FLOAT_LOOPS(1)

@@ -105,42 +105,63 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
     return y;
 }
 
-/* Nearest-even where cparams.rne_on_bits holds: a normal input's fraction is rounded on its
-   bits (adding half a unit less one, plus the kept lowest bit, carries into the exponent as
-   the value does), a smaller one by W's own addition at the format's subnormal step (|x| below
-   2**emin and the magic 2**(emin - man + W_MAN) share the magic's binade, whose ulp is that
-   step). Then float_round's overflow rule for nearest modes; NaN stays NaN. */
+/* The deterministic modes where cparams.float_on_bits holds. A normal input is rounded on its
+   bits: its magnitude, read as an integer, gets the mode's increment (nearest-even: half a unit
+   less one plus the kept lowest bit; nearest-away: half a unit; ties toward zero: half a unit
+   less one; away from zero for ru on positives and rd on negatives: a unit less one; else
+   nothing) and loses the dropped bits, a carry running into the exponent as the value does;
+   round-to-odd truncates and sets the lowest kept bit where a dropped one was set. Below the
+   format's smallest normal the step is fixed: x / step in the working type (two exact
+   multiplies by powers of two), round_scaled, times the step. Then float_round's overflow rule; NaN stays NaN. */
 typedef struct {
-    W limit, far, smallest_normal, magic, zero_add;
+    W limit, far, smallest_normal, inv_a, inv_b, step, zero_add; /* 1/step = inv_a * inv_b */
     WU half, low;
     int drop;
-} SFX(rne_k);
+} SFX(bits_k);
 
-ANY_INLINE SFX(rne_k) SFX(rne_consts)(const any_float *p) {
-    SFX(rne_k) k;
+ANY_INLINE SFX(bits_k) SFX(bits_consts)(const any_float *p) {
+    SFX(bits_k) k;
     SFX(float_k) f = SFX(float_consts)(p);
     int e;
     frexp(p->step_scale, &e); /* step_scale = 2**-man = 0.5 * 2**(1 - man) */
-    int man = 1 - e;
-    k.drop = W_MAN - man;
-    k.half = ((WU)1 << (k.drop - 1)) - 1;
+    k.drop = W_MAN - (1 - e);
+    k.half = (WU)1 << (k.drop - 1);
     k.low = ((WU)1 << k.drop) - 1;
     k.limit = f.limit;
     k.far = f.far;
     k.smallest_normal = f.smallest_normal;
-    k.magic = (W)ldexp(p->smallest_normal, k.drop);
+    k.step = (W)p->step_min; /* the subnormal step 2**(emin - man), unclamped (float_on_bits) */
+    frexp(p->step_min, &e);
+    int up = 1 - e; /* 1 / step = 2**up, in two factors: bf16's 2**133 is beyond float32 */
+    k.inv_a = (W)ldexp(1.0, up / 2);
+    k.inv_b = (W)ldexp(1.0, up - up / 2);
     k.zero_add = f.zero_add;
     return k;
 }
 
-ANY_INLINE W SFX(float_rne)(W x, const SFX(rne_k) *k) {
+ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M) {
     WU b = SFX(bits)(x);
-    WU r = (b + k->half + ((b >> k->drop) & 1)) & ~k->low;
+    WU neg = b >> (8 * sizeof(W) - 1);
+    WU add = M == M_RNE  ? k->half - 1 + ((b >> k->drop) & 1)
+             : M == M_RNA ? k->half
+             : M == M_RNZ ? k->half - 1
+             : M == M_RU  ? (neg ? 0 : k->low)
+             : M == M_RD  ? (neg ? k->low : 0)
+                          : 0;
+    WU r = (b + add) & ~k->low;
+    if (M == M_RO) r |= ((b & k->low) != 0 ? k->low + 1 : 0);
+    int und = 0;
+    W sub = SFX(round_scaled)(x * k->inv_a * k->inv_b, M, 0, 0, 0, 0.0, &und) * k->step;
     W ax = FABSW(x);
-    W sub = (ax + k->magic) - k->magic;
-    W y = ax < k->smallest_normal ? COPYSIGNW(sub, x) : SFX(from)(r);
+    W y = ax < k->smallest_normal ? sub : SFX(from)(r);
+    int x_inf = ax == (W)INFINITY;
+    int beyond = (M == M_RZ || M == M_RO) ? x_inf
+                 : M == M_RU              ? (x_inf | (x > (W)0))
+                 : M == M_RD              ? (x_inf | (x < (W)0))
+                                          : 1;
+    y = COPYSIGNW(y, x);
     W a = FABSW(y);
-    a = a > k->limit ? k->far : a;
+    a = a > k->limit ? (beyond ? k->far : k->limit) : a;
     y = COPYSIGNW(a, y);
     y = x != x ? x : y;
     return y + k->zero_add;

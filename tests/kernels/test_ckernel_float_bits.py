@@ -1,17 +1,21 @@
-"""Nearest-even on the working type's bits (scalar.c float_rne, cparams.rne_on_bits) against the
-eager reference: for each binade of float32 and float64, the fraction patterns at and beside
-every kind of rounding boundary (ties to even and odd, one unit either side, carries into the
-next binade and into overflow), the format's subnormals and the specials."""
+"""The deterministic modes on the working type's bits (scalar.c float_bits, cparams.float_on_bits)
+against the eager reference: for each binade of float32 and float64, the fraction patterns at
+and beside every kind of rounding boundary (ties to even and odd, one unit either side, carries
+into the next binade and into overflow), the format's subnormals and the specials, in every
+deterministic mode and overflow policy."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
 
 import anynum as an
-from anynum.kernels.cparams import call_params, rne_on_bits
+from anynum.kernels.cparams import call_params, float_on_bits
 from anynum.rounding import Rounding
 
+DETERMINISTIC = [m for m in Rounding if not m.is_stochastic]
 ON_BITS = [
     an.E4M3FN, an.E5M2, an.BF16, an.FP16, an.TF32, an.E2M1, an.E3M2, an.E2M3, an.E4M3,
     an.E4M3FNUZ, an.E5M2FNUZ,  # no negative zero: -0 results become +0
@@ -22,7 +26,7 @@ NOT_ON_BITS = [
     an.E8M0,  # unsigned, no zero
     an.FloatFormat(5, 2, subnormals=False),  # flushes
     an.FloatFormat(9, 5),  # binades beyond float32
-    an.FloatFormat(4, 0),  # no fraction bits: the reference's ties go up, not to an even exponent
+    an.FloatFormat(4, 0),  # no fraction bits (kept out: ties there go up, not to an even exponent)
 ]
 
 
@@ -50,12 +54,12 @@ def test_bits_path_equals_the_reference_at_every_boundary(
     fmt: an.FloatFormat, dtype: torch.dtype, cn
 ) -> None:  # type: ignore[no-untyped-def]
     params = call_params(fmt, Rounding.NEAREST_EVEN, fmt.default_overflow, None, dtype)
-    assert params is not None and params.struct.f.rne_bits == 1  # this test covers the bits path
+    assert params is not None and params.struct.f.on_bits == 1  # this test covers the bits path
     x = _boundaries(dtype, fmt.man_bits)
-    for overflow in fmt.overflow_policies:
-        want = cn.reference(fmt, Rounding.NEAREST_EVEN, overflow, None, x)
-        got = cn.native(fmt, Rounding.NEAREST_EVEN, overflow, None, x)
-        cn.assert_same(got, want, x, (fmt.display_name(), overflow, dtype))
+    for mode, overflow in itertools.product(DETERMINISTIC, fmt.overflow_policies):
+        want = cn.reference(fmt, mode, overflow, None, x)
+        got = cn.native(fmt, mode, overflow, None, x)
+        cn.assert_same(got, want, x, (fmt.display_name(), mode.name, overflow, dtype))
         zeros = want == 0  # and the zeros' signs, which same() compares bit for bit
         assert torch.equal(got[zeros].signbit(), want[zeros].signbit())
 
@@ -63,14 +67,14 @@ def test_bits_path_equals_the_reference_at_every_boundary(
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_bits_path_on_half_inputs_every_pattern(dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
     x = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16).view(dtype)
-    for fmt in (an.E4M3FN, an.E5M2, an.E2M1, an.E4M3FNUZ):
-        want = cn.reference(fmt, Rounding.NEAREST_EVEN, fmt.default_overflow, None, x)
-        cn.assert_same(cn.native(fmt, Rounding.NEAREST_EVEN, fmt.default_overflow, None, x), want, x, fmt)
+    for fmt, mode in itertools.product((an.E4M3FN, an.E5M2, an.E2M1, an.E4M3FNUZ), DETERMINISTIC):
+        want = cn.reference(fmt, mode, fmt.default_overflow, None, x)
+        cn.assert_same(cn.native(fmt, mode, fmt.default_overflow, None, x), want, x, (fmt, mode.name))
 
 
 def test_which_formats_take_the_bits_path() -> None:
     for fmt in ON_BITS:
-        assert rne_on_bits(fmt, torch.float32) and rne_on_bits(fmt, torch.float64), fmt
+        assert float_on_bits(fmt, torch.float32) and float_on_bits(fmt, torch.float64), fmt
     for fmt in NOT_ON_BITS:
-        assert not rne_on_bits(fmt, torch.float32), fmt
-    assert rne_on_bits(an.FloatFormat(9, 5), torch.float64)  # fits float64's binades
+        assert not float_on_bits(fmt, torch.float32), fmt
+    assert float_on_bits(an.FloatFormat(9, 5), torch.float64)  # fits float64's binades
