@@ -2,7 +2,7 @@
 against the eager reference: for each binade of float32 and float64, the fraction patterns at
 and beside every kind of rounding boundary (ties to even and odd, one unit either side, carries
 into the next binade and into overflow), the format's subnormals and the specials, in every
-deterministic mode and overflow policy."""
+deterministic mode, exact SR and SR with rand_bits, and every overflow policy."""
 
 from __future__ import annotations
 
@@ -13,9 +13,14 @@ import torch
 
 import anynum as an
 from anynum.kernels.cparams import call_params, float_on_bits
-from anynum.rounding import Rounding
+from anynum.rounding import CounterRandom, Rounding
 
 DETERMINISTIC = [m for m in Rounding if not m.is_stochastic]
+# (mode, rand_bits): the deterministic modes, exact SR, and SR with fewer and more random bits
+# than the format drops (bf16 drops 16 float32 bits, e4m3fn 20)
+ON_BITS_MODES = [(m, None) for m in DETERMINISTIC] + [
+    (Rounding.STOCHASTIC, rb) for rb in (None, 3, 8, 18, 30)
+]
 ON_BITS = [
     an.E4M3FN, an.E5M2, an.BF16, an.FP16, an.TF32, an.E2M1, an.E3M2, an.E2M3, an.E4M3,
     an.E4M3FNUZ, an.E5M2FNUZ,  # no negative zero: -0 results become +0
@@ -56,10 +61,10 @@ def test_bits_path_equals_the_reference_at_every_boundary(
     params = call_params(fmt, Rounding.NEAREST_EVEN, fmt.default_overflow, None, dtype)
     assert params is not None and params.struct.f.on_bits == 1  # this test covers the bits path
     x = _boundaries(dtype, fmt.man_bits)
-    for mode, overflow in itertools.product(DETERMINISTIC, fmt.overflow_policies):
-        want = cn.reference(fmt, mode, overflow, None, x)
-        got = cn.native(fmt, mode, overflow, None, x)
-        cn.assert_same(got, want, x, (fmt.display_name(), mode.name, overflow, dtype))
+    for (mode, rb), overflow in itertools.product(ON_BITS_MODES, fmt.overflow_policies):
+        want = cn.reference(fmt, mode, overflow, rb, x)
+        got = cn.native(fmt, mode, overflow, rb, x)
+        cn.assert_same(got, want, x, (fmt.display_name(), mode.name, rb, overflow, dtype))
         zeros = want == 0  # and the zeros' signs, which same() compares bit for bit
         assert torch.equal(got[zeros].signbit(), want[zeros].signbit())
 
@@ -67,9 +72,9 @@ def test_bits_path_equals_the_reference_at_every_boundary(
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_bits_path_on_half_inputs_every_pattern(dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
     x = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16).view(dtype)
-    for fmt, mode in itertools.product((an.E4M3FN, an.E5M2, an.E2M1, an.E4M3FNUZ), DETERMINISTIC):
-        want = cn.reference(fmt, mode, fmt.default_overflow, None, x)
-        cn.assert_same(cn.native(fmt, mode, fmt.default_overflow, None, x), want, x, (fmt, mode.name))
+    for fmt, (mode, rb) in itertools.product((an.E4M3FN, an.E5M2, an.E2M1, an.E4M3FNUZ), ON_BITS_MODES):
+        want = cn.reference(fmt, mode, fmt.default_overflow, rb, x)
+        cn.assert_same(cn.native(fmt, mode, fmt.default_overflow, rb, x), want, x, (fmt, mode.name, rb))
 
 
 def test_which_formats_take_the_bits_path() -> None:
@@ -78,3 +83,27 @@ def test_which_formats_take_the_bits_path() -> None:
     for fmt in NOT_ON_BITS:
         assert not float_on_bits(fmt, torch.float32), fmt
     assert float_on_bits(an.FloatFormat(9, 5), torch.float64)  # fits float64's binades
+
+
+def test_stochastic_decisions_at_their_exact_boundaries(cn) -> None:  # type: ignore[no-untyped-def]
+    """Inputs whose fraction meets the element's own draw exactly (a draw is a function of the
+    element's index), and one unit either side: exact SR compares 53 bits, SR with r bits adds
+    the fraction's top r bits to an r-bit draw. Random inputs meet these with probability 2**-53."""
+    n = 1 << 16
+    draws53 = CounterRandom(7).bits_at(torch.arange(n), 53, 0)
+    # TF32 in float64 drops 42 bits: a draw with its low 11 bits clear is a dropped pattern
+    idx = (draws53 % (1 << 11) == 0).nonzero().reshape(-1)
+    assert idx.numel() >= 8
+    x = torch.full((n,), 1.5, dtype=torch.float64)
+    for off, part in zip((-1, 0, 1), idx.tensor_split(3)):
+        d = (draws53[part] >> 11) + off
+        x[part] = 1.0 + d.double() * 2.0**-52  # dropped bits d: the fraction is d / 2**42
+    want = cn.reference(an.TF32, Rounding.STOCHASTIC, "inf", None, x)
+    cn.assert_same(cn.native(an.TF32, Rounding.STOCHASTIC, "inf", None, x), want, x, "exact SR ties")
+    # E5M2 in float64 drops 50 bits; with 8 random bits the top 8 of them plus the draw reach 256
+    draws8 = CounterRandom(7).bits_at(torch.arange(n), 8, 0)
+    for off in (-1, 0, 1):
+        top = (256 - draws8 + off).clamp(0, 255)
+        y = 1.0 + top.double() * 2.0**-10  # the 8 bits below e5m2's last kept bit
+        want = cn.reference(an.E5M2, Rounding.STOCHASTIC, "inf", 8, y)
+        cn.assert_same(cn.native(an.E5M2, Rounding.STOCHASTIC, "inf", 8, y), want, y, ("rand_bits", off))

@@ -107,7 +107,7 @@ ANY_INLINE int sr_coin(uint64_t base, uint64_t index) { return (int)counter_bits
 typedef struct { /* FloatFormat in one working type (see cparams.float_params) */
     double step_scale, step_min, smallest_normal, limit;
     int32_t lift_tiny, flush, zero, negative_zero, is_signed, overflow, recip, common;
-    int32_t on_bits, pad; /* the deterministic modes' loops on bits apply (scalar.c float_bits) */
+    int32_t on_bits, pad; /* the loops on bits apply (scalar.c float_bits) */
 } any_float;
 
 typedef struct { /* FixedPoint / IntFormat */

@@ -43,7 +43,45 @@
     ELEM_LOOP(positfast_##M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                        \
               SFX(positfast_round)(x, &k, M, 1, base, index, rbits, two_r, &u, 0))
 
-#define BITS_LOOP(M) ELEM_LOOP(float_bits_##M, SFX(bits_consts)(&c->f), SFX(bits_k), SFX(float_bits)(x, &k, M))
+/* float_bits by runs: a run with no input below the format's smallest normal (the common case)
+   skips the subnormal branch; others take both branches and hand back undecided elements */
+#define BITS_RUN 256
+#define BITS_LOOP(M)                                                                                 \
+    static void SFX(float_bits_##M)(const void *xv, void *yv, int64_t n, const any_call *c,          \
+                                    const any_pos *at, int64_t *und) {                               \
+        const W *xs = (const W *)xv;                                                                 \
+        W *ys = (W *)yv;                                                                             \
+        const SFX(bits_k) k = SFX(bits_consts)(&c->f);                                               \
+        const uint64_t base = at->base, step = (uint64_t)at->lstride;                               \
+        const int rbits = c->rand_bits;                                                              \
+        const double two_r = c->two_r;                                                               \
+        int64_t count = 0;                                                                           \
+        for (int64_t i0 = 0; i0 < n; i0 += BITS_RUN) {                                               \
+            const int64_t m = n - i0 < BITS_RUN ? n - i0 : BITS_RUN;                                 \
+            const W *xr = xs + i0;                                                                   \
+            W *yr = ys + i0;                                                                         \
+            int tiny = 0;                                                                            \
+            for (int64_t i = 0; i < m; i++) tiny |= FABSW(xr[i]) < k.smallest_normal;                \
+            uint64_t index = at->idx0 + (uint64_t)i0 * step;                                        \
+            if (!tiny) {                                                                             \
+                for (int64_t i = 0; i < m; i++) {                                                    \
+                    int u = 0;                                                                       \
+                    yr[i] = SFX(float_bits)(xr[i], &k, M, 1, base, index, rbits, two_r, &u);         \
+                    index += step;                                                                   \
+                }                                                                                    \
+            } else {                                                                                 \
+                for (int64_t i = 0; i < m; i++) {                                                    \
+                    int u = 0;                                                                       \
+                    W x = xr[i];                                                                     \
+                    W y = SFX(float_bits)(x, &k, M, 0, base, index, rbits, two_r, &u);               \
+                    yr[i] = u ? x : y;                                                               \
+                    count += u;                                                                      \
+                    index += step;                                                                   \
+                }                                                                                    \
+            }                                                                                        \
+        }                                                                                            \
+        *und += count;                                                                               \
+    }
 BITS_LOOP(0)
 BITS_LOOP(1)
 BITS_LOOP(2)
@@ -51,10 +89,12 @@ BITS_LOOP(3)
 BITS_LOOP(4)
 BITS_LOOP(5)
 BITS_LOOP(6)
-/* [mode]: the deterministic modes on bits (float_on_bits) */
-static const any_loop SFX(bits_loops)[M_SR] = {SFX(float_bits_0), SFX(float_bits_1), SFX(float_bits_2),
-                                               SFX(float_bits_3), SFX(float_bits_4), SFX(float_bits_5),
-                                               SFX(float_bits_6)};
+BITS_LOOP(7)
+BITS_LOOP(8)
+/* [mode]: the deterministic modes and SR (exact, and with rand_bits) on bits (float_on_bits) */
+static const any_loop SFX(bits_loops)[M_SRU] = {
+    SFX(float_bits_0), SFX(float_bits_1), SFX(float_bits_2), SFX(float_bits_3), SFX(float_bits_4),
+    SFX(float_bits_5), SFX(float_bits_6), SFX(float_bits_7), SFX(float_bits_8)};
 
 FLOAT_LOOPS(0)
 FLOAT_LOOPS(1)

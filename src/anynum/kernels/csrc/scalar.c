@@ -105,7 +105,7 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
     return y;
 }
 
-/* The deterministic modes where cparams.float_on_bits holds. A normal input is rounded on its
+/* The deterministic modes and the two counter-bit SR modes where cparams.float_on_bits holds. A normal input is rounded on its
    bits: its magnitude, read as an integer, gets the mode's increment (nearest-even: half a unit
    less one plus the kept lowest bit; nearest-away: half a unit; ties toward zero: half a unit
    less one; away from zero for ru on positives and rd on negatives: a unit less one; else
@@ -139,9 +139,11 @@ ANY_INLINE SFX(bits_k) SFX(bits_consts)(const any_float *p) {
     return k;
 }
 
-ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M) {
+ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int NORMAL, uint64_t base,
+                              uint64_t index, int rbits, double two_r, int *und) {
     WU b = SFX(bits)(x);
     WU neg = b >> (8 * sizeof(W) - 1);
+    WU dropped = b & k->low;
     WU add = M == M_RNE  ? k->half - 1 + ((b >> k->drop) & 1)
              : M == M_RNA ? k->half
              : M == M_RNZ ? k->half - 1
@@ -149,11 +151,42 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M) {
              : M == M_RD  ? (neg ? k->low : 0)
                           : 0;
     WU r = (b + add) & ~k->low;
-    if (M == M_RO) r |= ((b & k->low) != 0 ? k->low + 1 : 0);
-    int und = 0;
-    W sub = SFX(round_scaled)(x * k->inv_a * k->inv_b, M, 0, 0, 0, 0.0, &und) * k->step;
+    if (M == M_RO) r |= (dropped != 0 ? k->low + 1 : 0);
+    uint64_t draw = 0;
+    if (M == M_SR || M == M_SRT) {
+        /* one draw for both branches: a normal input's fraction is dropped / 2**drop, so
+           exact SR's comparison with 53 random bits is on integers and never undecided */
+        draw = counter_bits(base, index, M == M_SR ? 53 : rbits);
+        uint64_t d = (uint64_t)dropped;
+        int up;
+        if (M == M_SR) up = draw < (d << (53 - k->drop));
+        else up = (rbits <= k->drop ? d >> (k->drop - rbits) : d << (rbits - k->drop)) + draw >= (uint64_t)two_r;
+        r = (b & ~k->low) + (up ? k->low + 1 : 0);
+    }
     W ax = FABSW(x);
-    W y = ax < k->smallest_normal ? sub : SFX(from)(r);
+    W y = SFX(from)(r);
+    if (!NORMAL) { /* the format's subnormal binade: one step, x / step scaled exactly */
+        W s = x * k->inv_a * k->inv_b;
+        W sub;
+        if (M == M_SR || M == M_SRT) {
+            W a = FABSW(s);
+            W lo = FLOORW(a);
+            double f = (double)(a - lo);
+            int away;
+            if (M == M_SR) {
+                double t = f * 0x1p53, c = floor(t), kd = (double)(int64_t)draw;
+                away = kd < c;
+                *und = (ax < k->smallest_normal) & (kd == c) & (t - c > 0.0);
+            } else {
+                away = floor(f * two_r) + (double)(int64_t)draw >= two_r;
+            }
+            sub = COPYSIGNW(lo + (away ? (W)1 : (W)0), s) * k->step;
+        } else {
+            int u = 0;
+            sub = SFX(round_scaled)(s, M, 0, 0, 0, 0.0, &u) * k->step;
+        }
+        y = ax < k->smallest_normal ? sub : y;
+    }
     int x_inf = ax == (W)INFINITY;
     int beyond = (M == M_RZ || M == M_RO) ? x_inf
                  : M == M_RU              ? (x_inf | (x > (W)0))
