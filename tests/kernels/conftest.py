@@ -86,6 +86,22 @@ def grid_inputs(fmt: an.Format, dtype: torch.dtype, probe_points) -> torch.Tenso
     return pts.to(dtype)
 
 
+def self_tie(n: int, seed: int) -> tuple[torch.Tensor, int]:
+    """float64 inputs for FP16 whose scaled fraction at element i ties its own first 53 random bits.
+
+    f = k * 2**-53 + 2**-(53 + spare) shares its first 53 fraction bits with the draw k and has
+    one more bit below them (test_fused_equivalence builds the same element).
+    """
+    bits = CounterRandom(seed).bits_at(torch.arange(n), 53, 0)
+    i = int(torch.argmin(bits))
+    k = int(bits[i])
+    spare = 53 - k.bit_length()
+    assert spare >= 6
+    x = torch.full((n,), 0.75 * 2.0**-24, dtype=torch.float64)
+    x[i] = (k * 2.0**-53 + 2.0 ** -(53 + spare)) * 2.0**-24  # the FP16 step below 2**-14 is 2**-24
+    return x, i
+
+
 class NativeCheck:
     """The comparisons of tests/kernels/test_ckernel*.py: native kernels against the eager reference."""
 
@@ -96,9 +112,10 @@ class NativeCheck:
     native = staticmethod(native)
     check = staticmethod(check)
     grid_inputs = staticmethod(grid_inputs)
+    self_tie = staticmethod(self_tie)
 
 
 @pytest.fixture(scope="session")
 def cn() -> type[NativeCheck]:
-    """`NativeCheck`: reference, native, check, assert_same, same, grid_inputs."""
+    """`NativeCheck`: reference, native, check, assert_same, same, grid_inputs, self_tie."""
     return NativeCheck

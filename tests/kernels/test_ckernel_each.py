@@ -70,14 +70,7 @@ def test_each_tensor_gets_the_concatenations_values(
 
 
 def test_undecided_exact_sr_elements_are_refined_over_the_concatenation(cn) -> None:  # type: ignore[no-untyped-def]
-    # element i of the concatenation ties its own first 53 random bits (see test_ckernel_layouts)
-    n = 4096
-    bits = CounterRandom(7).bits_at(torch.arange(n), 53, 0)
-    i = int(torch.argmin(bits))
-    k = int(bits[i])
-    spare = 53 - k.bit_length()
-    flat = torch.full((n,), 0.75 * 2.0**-24, dtype=torch.float64)
-    flat[i] = (k * 2.0**-53 + 2.0 ** -(53 + spare)) * 2.0**-24
+    flat, i = cn.self_tie(4096, seed=7)  # element i ties its own first 53 random bits
     want = cn.reference(an.FP16, SR, "inf", None, flat)
     cut = max(1, i // 2)
     xs = [flat[:cut].clone(), flat[cut:].clone()]

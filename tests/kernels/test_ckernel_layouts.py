@@ -126,24 +126,8 @@ def test_two_threads_give_the_one_thread_bits(fmt: an.Format, dtype: torch.dtype
     assert library().anynum_pool_workers() >= 1  # type: ignore[union-attr]
 
 
-def _self_tie(n: int, seed: int) -> tuple[torch.Tensor, int]:
-    """float64 inputs for FP16 whose scaled fraction at element i ties its own first 53 random bits.
-
-    f = k * 2**-53 + 2**-(53 + spare) shares its first 53 fraction bits with the draw k and has
-    one more bit below them (test_fused_equivalence builds the same element).
-    """
-    bits = CounterRandom(seed).bits_at(torch.arange(n), 53, 0)
-    i = int(torch.argmin(bits))
-    k = int(bits[i])
-    spare = 53 - k.bit_length()
-    assert spare >= 6
-    x = torch.full((n,), 0.75 * 2.0**-24, dtype=torch.float64)
-    x[i] = (k * 2.0**-53 + 2.0 ** -(53 + spare)) * 2.0**-24  # the FP16 step below 2**-14 is 2**-24
-    return x, i
-
-
 def test_undecided_exact_sr_elements_are_refined_like_the_reference(cn) -> None:  # type: ignore[no-untyped-def]
-    x, i = _self_tie(4096, seed=5)
+    x, i = cn.self_tie(4096, seed=5)
     params = call_params(an.FP16, SR, "inf", None, torch.float64)
     assert params is not None
     lib = library()
@@ -162,7 +146,7 @@ def test_undecided_exact_sr_elements_are_refined_like_the_reference(cn) -> None:
 def test_undecided_elements_of_a_block_format_hand_the_call_on(monkeypatch: pytest.MonkeyPatch, cn) -> None:  # type: ignore[no-untyped-def]
     """Blocks cannot refine on their output (re-rounding could pick other scales): the kernel
     declines the call and the router's next kernel redoes it from the input."""
-    x, i = _self_tie(4096, seed=5)
+    x, i = cn.self_tie(4096, seed=5)
     x[i + 1] = 2.0**15  # amax: the block's scale is 2**(15 - FP16.emax) = 1, so x / scale = x
     fmt = an.Block(an.FP16, None, axis=None)  # one block: the random index is the flat index
     params = call_params(fmt, SR, "inf", None, torch.float64)

@@ -159,16 +159,6 @@ def test_plans_follow_the_format_not_its_address():
         assert torch.equal(an.quantize(x, fmt), want.float()), (i, fmt)
 
 
-def _self_tie(n: int, seed: int) -> tuple[torch.Tensor, int]:
-    """float64 inputs whose FP16 exact-SR decision at one element ties its 53 random bits."""
-    bits = CounterRandom(seed).bits_at(torch.arange(n), 53, 0)
-    i = int(torch.argmin(bits))
-    k = int(bits[i])
-    x = torch.full((n,), 0.75 * 2.0**-24, dtype=torch.float64)
-    x[i] = (k * 2.0**-53 + 2.0 ** -(53 + 53 - k.bit_length())) * 2.0**-24
-    return x, i
-
-
 def test_the_direct_path_hands_on_what_it_does_not_decide(monkeypatch: pytest.MonkeyPatch, cn) -> None:  # type: ignore[no-untyped-def]
     """`Plan.direct` (Rounder's lean path) returns None, having written nothing the caller sees,
     for an undecided exact-SR element, a strided input, a library not loaded yet; the full route
@@ -176,7 +166,7 @@ def test_the_direct_path_hands_on_what_it_does_not_decide(monkeypatch: pytest.Mo
     monkeypatch.setenv("ANYNUM_COMPILE", "auto")
     plan = route.plan_for(an.FP16, Rounding.STOCHASTIC, "inf", None, torch.float64, "cpu", "counter")
     assert plan.direct is not None
-    x, _ = _self_tie(4096, seed=5)
+    x, _ = cn.self_tie(4096, seed=5)
     rng = CounterRandom(5)
     assert plan.direct(x, rng) is None
     cn.assert_same(
