@@ -225,6 +225,11 @@ class CounterRandom(RandomSource):
         return counter_bits(self.stream_base(stream), index, nbits)
 
 
+def _seed_from(generator: torch.Generator) -> int:
+    """The next 62-bit seed of a torch Generator (one draw: its state advances by one call)."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+
+
 def make_random_source(
     generator: object | None, seed: int | None, device: torch.device
 ) -> RandomSource:
@@ -236,6 +241,8 @@ def make_random_source(
     """
     if generator is not None and seed is not None:
         raise AnynumError("pass either generator= or seed=, not both.")
+    if type(generator) is torch.Generator and generator.device.type == device.type:
+        return CounterRandom(_seed_from(generator))  # every stochastic call's case, checks skipped
     if isinstance(generator, RandomSource):
         return generator
     if isinstance(generator, torch.Generator):
@@ -244,7 +251,7 @@ def make_random_source(
                 f"generator is on {generator.device} but the tensor is on {device}; "
                 f"create it with torch.Generator(device={str(device)!r})."
             )
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+        seed = _seed_from(generator)
     elif isinstance(generator, np.random.Generator):
         seed = int(generator.integers(0, 2**62))
     elif generator is not None:

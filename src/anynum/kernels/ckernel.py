@@ -32,9 +32,9 @@ reference itself, so no call waits for a compiler.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import functools
-import itertools
 
 import torch
 
@@ -147,16 +147,23 @@ def native_round_each(
     ([896.0], [-0.25, 3.0])
     """
     lib = library_soon()
-    if lib is None or params.block or not all(x.is_cpu and x.is_contiguous() for x in xs):
+    if lib is None or params.block:
         return False
+    # (array.array: a third of the cost of ctypes arrays, for a call the size of a layer)
+    ptrs, offs, total = array.array("Q"), array.array("q", (0,)), 0
+    for x in xs:
+        if not (x.is_cpu and x.is_contiguous()):
+            return False
+        ptrs.append(x.data_ptr())
+        total += x.numel()
+        offs.append(total)
     base = rng.stream_base(0) if rng is not None else 0
     if base is None:
         return False
-    count = len(xs)
-    ptrs = (ctypes.c_void_p * count)(*[x.data_ptr() for x in xs])
-    offs = (ctypes.c_int64 * (count + 1))(0, *itertools.accumulate([x.numel() for x in xs]))
+    address = ptrs.buffer_info()[0]
     undecided = lib.anynum_round_each(
-        ptrs, ptrs, offs, count, params.address, base & _MASK64, torch.get_num_threads()
+        address, address, offs.buffer_info()[0], len(xs), params.address, base & _MASK64,
+        torch.get_num_threads(),
     )
     if undecided < 0:
         return False

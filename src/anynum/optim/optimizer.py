@@ -57,11 +57,9 @@ def round_in_place(
     `observe`, when given, sees each group's tensors and their rounded values just before
     the write-back (no extra copy or rounding: what it sees is what is stored).
     """
-    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
-    for t in tensors:
-        if t.numel():
-            groups.setdefault((t.dtype, t.device), []).append(t)
-    for (dtype, device), ts in groups.items():
+    groups = _by_dtype_and_device(tensors)
+    for ts in groups:
+        dtype, device = ts[0].dtype, ts[0].device
         if len(ts) == 1:
             y = rounder(ts[0])
             if observe is not None:
@@ -88,6 +86,20 @@ def round_in_place(
         rounder.round_into(flat)
         observe(ts, list(views))
         torch._foreach_copy_(ts, views)
+
+
+def _by_dtype_and_device(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """The non-empty tensors grouped by (dtype, device), each group in the order given."""
+    first = tensors[0] if tensors else None
+    if first is not None:
+        dtype, where = first.dtype, first.get_device()  # (an int: cheaper than .device)
+        if all(t.dtype is dtype and t.get_device() == where and t.numel() for t in tensors):
+            return [tensors]  # the common case: one group, as given
+    groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for t in tensors:
+        if t.numel():
+            groups.setdefault((t.dtype, t.device), []).append(t)
+    return list(groups.values())
 
 
 class QuantizedOptimizer:
@@ -253,10 +265,13 @@ class QuantizedOptimizer:
         """(parameter index, state name, tensor) of every floating state tensor but counters."""
         state = self.optimizer.state
         for i, p in enumerate(self._params()):
-            for key, value in state.get(p, {}).items():
-                if key in _COUNTERS or not isinstance(value, torch.Tensor) or not value.is_floating_point():
-                    continue
-                yield i, key, value
+            entry = state.get(p)
+            if not entry:
+                continue
+            for key, value in entry.items():
+                if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
+                    if key not in _COUNTERS and value.is_floating_point():
+                        yield i, key, value
 
     # --- the step -------------------------------------------------------------------------
     @torch.no_grad()
@@ -316,15 +331,20 @@ class QuantizedOptimizer:
         return loss
 
     def _round_states(self) -> None:
-        groups: dict[Rounder, list[torch.Tensor]] = {}
-        rounders: dict[str, Rounder | None] = {}  # state_rounder per key, looked up once per step
+        # By rounder identity (hashing a Rounder hashes its format), state_rounder looked up
+        # once per state name and step.
+        groups: dict[int, tuple[Rounder, list[torch.Tensor]]] = {}
+        rounders: dict[str, Rounder | None] = {}
         for _, key, value in self._state_tensors():
-            if key not in rounders:
-                rounders[key] = self.state_rounder(key)
-            rounder = rounders[key]
+            rounder = rounders.get(key, _SAME)
+            if rounder is _SAME:
+                rounder = rounders[key] = self.state_rounder(key)
             if rounder is not None:
-                groups.setdefault(rounder, []).append(value)
-        for rounder, tensors in groups.items():
+                entry = groups.get(id(rounder))
+                if entry is None:
+                    groups[id(rounder)] = entry = (rounder, [])
+                entry[1].append(value)
+        for rounder, tensors in groups.values():
             self._round(tensors, rounder, "state")
 
     def _round(self, tensors: list[torch.Tensor], rounder: Rounder, category: str) -> None:
