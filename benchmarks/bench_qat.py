@@ -8,6 +8,11 @@ same numbers at the same places (its Quantizer and OptimLP). Repetitions are
 interleaved (fp32, QAT, QAT-SR, fp32, ...) and medians compared, because the
 machine is shared and noisy. Prints ratios, never lone absolute times.
 
+The row "QAT hooks, no rounding (floor)" is the same QAT step with every rounding replaced
+by a clone (`CloneRounder`): what the hooks, the autograd Functions that round errors, the
+parametrized weights and the optimizer wrapper cost on their own. The QAT rows sit that far
+above fp32 before any kernel runs.
+
 It measures the steady state of a training run. On CPU every rounding goes through the
 native C kernels (`anynum.kernels.ckernel`, built once per machine), stochastic rounding
 included, from the first call; the warm-up steps (100 by default, their length printed) only
@@ -96,6 +101,21 @@ def qpytorch_setup() -> tuple[nn.Module, object] | None:
     return m, opt
 
 
+class CloneRounder(an.nn.Rounder):
+    """Rounds nothing: a clone where a rounding would be, nothing where a group is rounded in place.
+
+    A QAT step built with it costs what anynum's QAT machinery costs without its kernels (the
+    forward pre-hooks, the autograd Function that rounds errors on the way back, the
+    parametrized weights, the optimizer wrapper): the floor under the QAT rows.
+    """
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x.detach().clone()
+
+    def round_each_into(self, tensors: list[torch.Tensor], stage: object = None) -> None:
+        return None
+
+
 def setups() -> dict[str, tuple[nn.Module, object]]:
     out: dict[str, tuple[nn.Module, object]] = {}
     torch.manual_seed(0)
@@ -111,6 +131,13 @@ def setups() -> dict[str, tuple[nn.Module, object]]:
             weight="e4m3fn", grad=("bf16", rounding), momentum="bf16", seed=2,
         )
         out[name] = (m, opt)
+    torch.manual_seed(0)
+    free = CloneRounder("e4m3fn")
+    m = an.nn.convert(CNN(), an.nn.Policy(weight=free, activation=free, error=free))
+    opt = an.optim.QuantizedOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), weight=free, grad=free, momentum=free
+    )
+    out["machinery"] = (m, opt)
     peer = qpytorch_setup()
     if peer is not None:
         out["qpytorch"] = peer
@@ -159,6 +186,7 @@ def main() -> None:
         "fp32": "fp32 (torch SGD)",
         "qat": "QAT nearest (W/A e4m3fn, E e5m2)",
         "qat_sr": "QAT, SR errors and grads",
+        "machinery": "QAT hooks, no rounding (floor)",
         "qpytorch": "QPyTorch QAT nearest, same numbers",
     }
     for name in runs:
