@@ -177,3 +177,19 @@ def test_matmul_refuses_shapes_torch_would_refuse(xs: tuple, ys: tuple, what: st
         mc.matmul(a, b)
     with pytest.raises(AnynumError, match=what):
         mc.matmul(a, mc.MCTensor(b, 2))
+
+
+@pytest.mark.parametrize("mc_side", ["input", "weight"])
+def test_linear_names_the_weight_as_given_when_its_shape_does_not_fit(mc_side: str) -> None:
+    """torch.nn.functional.linear takes weight (out, in); a wrong one is reported as given, not
+    transposed, and a 1-D weight (in,) works as in torch."""
+    x, w = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+    xm, wm = (mc.MCTensor(x), w) if mc_side == "input" else (x, mc.MCTensor(w))
+    with pytest.raises(AnynumError, match=r"weight \(5, 3\)") as info:
+        torch.nn.functional.linear(xm, wm)
+    assert "(3, 5)" not in str(info.value)
+    v = torch.randn(4, dtype=torch.float64)
+    vm = v if mc_side == "input" else mc.MCTensor(v)
+    got = torch.nn.functional.linear(xm, vm)
+    assert isinstance(got, mc.MCTensor) and got.shape == (3,)
+    assert torch.allclose(got.to_tensor(), x @ v, rtol=1e-12, atol=1e-12)

@@ -140,7 +140,18 @@ def linear(inp: Any, weight: Any, bias: Any = None) -> MCTensor:
     >>> torch.nn.functional.linear(torch.ones(1, 2), w).tolist()
     [[2.0, 2.0, 2.0]]
     """
-    wt = weight.mT if is_mc(weight) else weight.transpose(-1, -2)
+    in_features, w_shape = inp.shape[-1] if inp.dim() else None, tuple(weight.shape)
+    if weight.dim() not in (1, 2) or in_features != w_shape[-1]:
+        raise AnynumError(
+            f"F.linear: the weight must be (out_features, in_features) or (in_features,), with "
+            f"in_features equal to the input's last dimension; got input {tuple(inp.shape)} and "
+            f"weight {w_shape}; pass a weight of shape (out_features, {in_features}) "
+            "(torch.nn.functional.linear's rule)."
+        )
+    if weight.dim() == 1:
+        wt = weight
+    else:
+        wt = weight.mT if is_mc(weight) else weight.transpose(-1, -2)
     out = matmul(inp, wt)
     if bias is not None:
         out = add(out, bias)
