@@ -336,8 +336,9 @@ class QuantizedOptimizer:
         groups: dict[int, tuple[Rounder, list[torch.Tensor]]] = {}
         rounders: dict[str, Rounder | None] = {}
         for _, key, value in self._state_tensors():
-            rounder = rounders.get(key, _SAME)
-            if rounder is _SAME:
+            if key in rounders:
+                rounder = rounders[key]
+            else:
                 rounder = rounders[key] = self.state_rounder(key)
             if rounder is not None:
                 entry = groups.get(id(rounder))
