@@ -111,17 +111,12 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
    less one; away from zero for ru on positives and rd on negatives: a unit less one; else
    nothing) and loses the dropped bits, a carry running into the exponent as the value does;
    round-to-odd truncates and sets the lowest kept bit where a dropped one was set. Below the
-   format's smallest normal the step is fixed, 2**(emin - man): the input's significand m (with
-   its implicit bit, none for a subnormal of W) holds sh = sub_base - max(e, 1) bits below the
-   step (e: its exponent field), and the same increments and comparisons on (m >> sh, the sh
-   dropped bits) give the count of steps, times the step (exact). Then float_round's overflow
-   rule; NaN stays NaN. Branch-free (per-lane shifts), so GCC vectorises both branches. */
+   format's smallest normal the step is fixed: x / step in the working type (two exact
+   multiplies by powers of two), round_scaled, times the step. Then float_round's overflow rule; NaN stays NaN. */
 typedef struct {
-    W limit, far, smallest_normal, step, zero_add;
+    W limit, far, smallest_normal, inv_a, inv_b, step, zero_add; /* 1/step = inv_a * inv_b */
     WU half, low;
     int drop;
-    WU one; /* 1, read from the parameters: GCC 12 does not vectorise 64-bit `1 << v`, but `one << v` */
-    WU sub_base; /* W_MAN + W_BIAS + log2(step): the bits of m below the step are sub_base - max(e, 1) */
 } SFX(bits_k);
 
 ANY_INLINE SFX(bits_k) SFX(bits_consts)(const any_float *p) {
@@ -136,9 +131,10 @@ ANY_INLINE SFX(bits_k) SFX(bits_consts)(const any_float *p) {
     k.far = f.far;
     k.smallest_normal = f.smallest_normal;
     k.step = (W)p->step_min; /* the subnormal step 2**(emin - man), unclamped (float_on_bits) */
-    frexp(p->step_min, &e);  /* step = 2**(e - 1) */
-    k.sub_base = (WU)(W_MAN + W_BIAS + e - 1);
-    k.one = (WU)p->on_bits; /* 1 wherever these loops run (drive.c) */
+    frexp(p->step_min, &e);
+    int up = 1 - e; /* 1 / step = 2**up, in two factors: bf16's 2**133 is beyond float32 */
+    k.inv_a = (W)ldexp(1.0, up / 2);
+    k.inv_b = (W)ldexp(1.0, up - up / 2);
     k.zero_add = f.zero_add;
     return k;
 }
@@ -169,52 +165,26 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
     }
     W ax = FABSW(x);
     W y = SFX(from)(r);
-    if (!NORMAL) { /* the format's subnormal binade: whole steps of 2**(emin - man), on the bits */
-        WU ef = (b & W_EXPMASK) >> W_MAN;
-        WU m = (b & W_MANMASK) | (ef != 0 ? (WU)1 << W_MAN : 0);
-        WU e1 = ef > 1 ? ef : 1;
-        /* the bits of m below the step: more than drop for |x| below the smallest normal (1 for
-           the others, whose result this branch does not give); m < 2**(W_MAN + 1) stays strictly
-           below half a step once sh >= W_MAN + 2, so the masks clamp there. Unsigned throughout:
-           a signed shift count stops GCC's vectoriser */
-        WU shi = e1 < k->sub_base ? k->sub_base - e1 : 1;
-        WU sh = shi > W_MAN + 2 ? (WU)(W_MAN + 2) : shi;
-        WU slow = (k->one << sh) - 1;
-        WU q = m >> sh;
-        WU sd = m & slow; /* the dropped bits (all of m where sh clamped) */
-        WU q1;
+    if (!NORMAL) { /* the format's subnormal binade: one step, x / step scaled exactly */
+        W s = x * k->inv_a * k->inv_b;
+        W sub;
         if (M == M_SR || M == M_SRT) {
-            uint64_t d = (uint64_t)sd;
-            uint64_t sh64 = (uint64_t)shi; /* unclamped: the fraction is d / 2**shi */
-            int up;
+            W a = FABSW(s);
+            W lo = FLOORW(a);
+            double f = (double)(a - lo);
+            int away;
             if (M == M_SR) {
-                /* t = f * 2**53: c = floor(t) is d shifted by 53 - shi; t > c where a shifted-out
-                   bit was set (shifts past 63 give 0: d < 2**54) */
-                uint64_t lsh = sh64 < 53 ? 53 - sh64 : 0;
-                uint64_t rsh = sh64 > 53 ? (sh64 - 53 > 63 ? 63 : sh64 - 53) : 0;
-                uint64_t c = (d << lsh) >> rsh;
-                uint64_t rest = d & (((uint64_t)k->one << rsh) - 1);
-                up = draw < c;
-                *und = (ax < k->smallest_normal) & (draw == c) & (rest != 0);
-            } else { /* floor(f * 2**r) + draw >= 2**r */
-                uint64_t rb = (uint64_t)rbits;
-                uint64_t rsh = sh64 > rb ? (sh64 - rb > 63 ? 63 : sh64 - rb) : 0;
-                uint64_t lsh = sh64 < rb ? rb - sh64 : 0;
-                up = ((d << lsh) >> rsh) + draw >= (uint64_t)two_r;
+                double t = f * 0x1p53, c = floor(t), kd = (double)(int64_t)draw;
+                away = kd < c;
+                *und = (ax < k->smallest_normal) & (kd == c) & (t - c > 0.0);
+            } else {
+                away = floor(f * two_r) + (double)(int64_t)draw >= two_r;
             }
-            q1 = q + (up ? 1 : 0);
+            sub = COPYSIGNW(lo + (away ? (W)1 : (W)0), s) * k->step;
         } else {
-            WU shalf = (k->one << sh) >> 1;
-            WU sadd = M == M_RNE  ? shalf - 1 + (q & 1)
-                      : M == M_RNA ? shalf
-                      : M == M_RNZ ? shalf - 1
-                      : M == M_RU  ? (neg ? 0 : slow)
-                      : M == M_RD  ? (neg ? slow : 0)
-                                   : 0;
-            q1 = (m + sadd) >> sh; /* m + sadd < 2**(W_MAN + 3): no wrap */
-            if (M == M_RO) q1 = q | (sd != 0 ? 1 : 0);
+            int u = 0;
+            sub = SFX(round_scaled)(s, M, 0, 0, 0, 0.0, &u) * k->step;
         }
-        W sub = (W)(WI)q1 * k->step; /* q1 <= 2**man: exact, the carry to q1 = 2**man the smallest normal */
         y = ax < k->smallest_normal ? sub : y;
     }
     int x_inf = ax == (W)INFINITY;
