@@ -2,7 +2,9 @@
 against the eager reference: for each binade of float32 and float64, the fraction patterns at
 and beside every kind of rounding boundary (ties to even and odd, one unit either side, carries
 into the next binade and into overflow), the format's subnormals and the specials, in every
-deterministic mode, exact SR and SR with rand_bits, and every overflow policy."""
+deterministic mode, exact SR and SR with rand_bits, and every overflow policy; below the format's
+smallest normal (the kernel's own branch), every multiple of the step, its quarter and half points
+and their neighbours, inputs far below the step, and SR at the element's own draw."""
 
 from __future__ import annotations
 
@@ -177,7 +179,9 @@ def test_exact_sr_below_the_smallest_normal_at_its_draw(fmt: an.FloatFormat, cn)
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("fmt", [an.E4M3FN, an.E5M2, an.E2M3], ids=lambda f: f.display_name())
-def test_sr_rand_bits_below_the_smallest_normal_at_its_draw(fmt: an.FloatFormat, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+def test_sr_rand_bits_below_the_smallest_normal_at_its_draw(
+    fmt: an.FloatFormat, dtype: torch.dtype, cn
+) -> None:  # type: ignore[no-untyped-def]
     """floor(f * 2**r) + draw against 2**r at equality, one either side, and just below equality."""
     n = 1 << 12
     step = 2.0 ** (fmt.emin - fmt.man_bits)
