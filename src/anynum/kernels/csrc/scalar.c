@@ -169,22 +169,26 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
     W ax = FABSW(x);
     W y = SFX(from)(r);
     if (!NORMAL) { /* the format's subnormal binade: one step, x / step scaled exactly */
-        W s = x * k->inv_a * k->inv_b;
         W sub;
-        if (M == M_SR || M == M_SRT) {
-            W a = FABSW(s);
+        if (M == M_SR || M == M_SRT) { /* on the magnitude: the common tail gives x's sign */
+            W a = ax * k->inv_a * k->inv_b;
             W lo = FLOORW(a);
-            double f = (double)(a - lo);
+            W fw = a - lo; /* the fraction f, exact, and so are its scalings by powers of two */
+            double kd = (double)(int64_t)draw;
             int away;
             if (M == M_SR) {
-                double t = f * 0x1p53, c = floor(t), kd = (double)(int64_t)draw;
-                away = kd < c;
-                *und = (ax < k->smallest_normal) & (kd == c) & (t - c > 0.0);
-            } else {
-                away = floor(f * two_r) + (double)(int64_t)draw >= two_r;
+                /* sr_exact_up: up where draw < floor(t), t = f * 2**53, and undecided where
+                   draw = floor(t) < t; so up where draw < t but for those, which are the
+                   draw < t < draw + 1 (exact in float64) */
+                double t = (double)(fw * (W)0x1p53);
+                away = kd < t;
+                *und = (ax < k->smallest_normal) & away & (t < kd + 1.0);
+            } else { /* sr_trunc_up: floor(f * 2**r) + draw >= 2**r, 2**r - draw an integer */
+                away = (double)(fw * (W)two_r) >= two_r - kd;
             }
-            sub = COPYSIGNW(lo + (away ? (W)1 : (W)0), s) * k->step;
+            sub = (lo + (away ? (W)1 : (W)0)) * k->step;
         } else {
+            W s = x * k->inv_a * k->inv_b;
             int u = 0;
             sub = SFX(round_scaled)(s, M, 0, 0, 0, 0.0, &u) * k->step;
         }
