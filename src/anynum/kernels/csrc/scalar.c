@@ -187,6 +187,11 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
                 away = (double)(fw * (W)two_r) >= two_r - kd;
             }
             sub = (lo + (away ? (W)1 : (W)0)) * k->step;
+        } else if (M == M_RO) { /* round_scaled's rule on the magnitude */
+            W a = ax * k->inv_a * k->inv_b;
+            W lo = FLOORW(a);
+            W h = lo * (W)0.5;
+            sub = (lo + ((a != lo) & (h == FLOORW(h)) ? (W)1 : (W)0)) * k->step;
         } else {
             W s = x * k->inv_a * k->inv_b;
             int u = 0;
