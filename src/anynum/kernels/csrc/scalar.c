@@ -112,7 +112,9 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
    nothing) and loses the dropped bits, a carry running into the exponent as the value does;
    round-to-odd truncates and sets the lowest kept bit where a dropped one was set. Below the
    format's smallest normal the step is fixed: x / step in the working type (two exact
-   multiplies by powers of two), round_scaled, times the step. (That branch on the bits too, the
+   multiplies by powers of two), the mode's rule, times the step; round-to-odd and SR work on the
+   magnitude, and SR compares the draw with t = f * 2**53 itself (undecided where
+   draw < t < draw + 1) or f * 2**r with 2**r - draw, no floors. (That branch on the bits too, the
    significand shifted per lane by its own count of dropped bits, vectorised but took some 44
    vector instructions per 16 float32 elements against 25 and ran slower in every mode: the float
    rule stays; docs/speed.md.) Then float_round's overflow rule; NaN stays NaN. */
