@@ -2,7 +2,9 @@
 against the eager reference: for each binade of float32 and float64, the fraction patterns at
 and beside every kind of rounding boundary (ties to even and odd, one unit either side, carries
 into the next binade and into overflow), the format's subnormals and the specials, in every
-deterministic mode, exact SR and SR with rand_bits, and every overflow policy."""
+deterministic mode, exact SR and SR with rand_bits, and every overflow policy; below the format's
+smallest normal (the kernel's own branch), every multiple of the step, its quarter and half points
+and their neighbours, inputs far below the step, and SR at the element's own draw."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 import anynum as an
+from anynum.kernels.clib import library
 from anynum.kernels.cparams import call_params, float_on_bits
 from anynum.rounding import CounterRandom, Rounding
 
@@ -107,3 +110,88 @@ def test_stochastic_decisions_at_their_exact_boundaries(cn) -> None:  # type: ig
         y = 1.0 + top.double() * 2.0**-10  # the 8 bits below e5m2's last kept bit
         want = cn.reference(an.E5M2, Rounding.STOCHASTIC, "inf", 8, y)
         cn.assert_same(cn.native(an.E5M2, Rounding.STOCHASTIC, "inf", 8, y), want, y, ("rand_bits", off))
+
+
+def _subnormal_inputs(fmt: an.FloatFormat, dtype: torch.dtype) -> torch.Tensor:
+    """Below `fmt`'s smallest normal: each multiple of the step, the points a quarter, half and
+    three quarters on, one `dtype` unit either side of each, and inputs far below the step (every
+    binade of `dtype` down to its smallest subnormal), both signs."""
+    step = 2.0 ** (fmt.emin - fmt.man_bits)
+    q = torch.arange(0, (1 << fmt.man_bits) + 1, dtype=torch.float64)  # up to the smallest normal
+    grid = (torch.cat([q, q + 0.25, q + 0.5, q + 0.75]) * step).to(dtype)  # exact
+    lay_min = -149 if dtype == torch.float32 else -1074
+    exps = torch.arange(lay_min, fmt.emin - fmt.man_bits, dtype=torch.float64)
+    g = torch.Generator().manual_seed(fmt.man_bits)
+    frac = torch.rand(exps.numel(), generator=g, dtype=torch.float64)
+    far = torch.cat([2.0**exps, (1 + frac) * 2.0**exps]).to(dtype)  # the second rounds in dtype
+    x = torch.cat([grid, far])
+    x = torch.cat([x, torch.nextafter(x, torch.tensor(0.0, dtype=dtype)), torch.nextafter(x, x + 1)])
+    return torch.cat([x, -x])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("fmt", ON_BITS, ids=lambda f: f.display_name())
+def test_bits_path_below_the_smallest_normal(fmt: an.FloatFormat, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+    x = _subnormal_inputs(fmt, dtype)
+    for mode, rb in ON_BITS_MODES:
+        want = cn.reference(fmt, mode, fmt.default_overflow, rb, x)
+        got = cn.native(fmt, mode, fmt.default_overflow, rb, x)
+        cn.assert_same(got, want, x, (fmt.display_name(), mode.name, rb, dtype))
+
+
+SUB_SR = [an.E4M3FN, an.E5M2, an.FP16, an.BF16, an.E2M1]
+
+
+@pytest.mark.parametrize("fmt", SUB_SR, ids=lambda f: f.display_name())
+def test_exact_sr_below_the_smallest_normal_at_its_draw(fmt: an.FloatFormat, cn) -> None:  # type: ignore[no-untyped-def]
+    """Subnormal float64 inputs whose fraction of a step meets the element's own 53 random bits:
+    t = f * 2**53 equal to the draw, one either side, and t = draw + 1/2 (more bits than 53 below
+    the step: undecided, handed back with the input and refined by the reference)."""
+    n = 1 << 12
+    step = 2.0 ** (fmt.emin - fmt.man_bits)
+    k = CounterRandom(7).bits_at(torch.arange(n), 53, 0)
+    q = torch.randint(0, 1 << fmt.man_bits, (n,), generator=torch.Generator().manual_seed(3))
+    part = torch.arange(n) % 6
+    x = torch.empty(n, dtype=torch.float64)
+    for off in (-1, 0, 1):  # q = 0: the whole draw as the fraction (t an integer: never undecided)
+        sel = part == off + 1
+        x[sel] = (k[sel] + off).clamp(min=0).double() * 2.0**-53 * step
+    # q > 0: the fraction's top 53 - man bits against the draw's (t's low man bits clear)
+    top = (k >> fmt.man_bits) + (part == 4).long()
+    sel = part >= 3
+    x[sel] = (q[sel].double() + top[sel].double() * 2.0 ** -(53 - fmt.man_bits)) * step
+    tie = (part == 0) & (k < (1 << 52))  # t = k + 1/2: 54 bits, float64 holds them for k < 2**52
+    x[tie] = (k[tie].double() + 0.5) * 2.0**-53 * step
+    x[1::2] = -x[1::2]
+    overflow = fmt.default_overflow
+    want = cn.reference(fmt, Rounding.STOCHASTIC, overflow, None, x)
+    cn.assert_same(cn.native(fmt, Rounding.STOCHASTIC, overflow, None, x), want, x, "exact SR")
+    params = call_params(fmt, Rounding.STOCHASTIC, overflow, None, torch.float64)
+    assert params is not None and params.struct.f.on_bits == 1
+    lib = library()
+    assert lib is not None
+    y = torch.empty_like(x)
+    base = CounterRandom(7).stream_base(0) & ((1 << 64) - 1)
+    und = lib.anynum_round(x.data_ptr(), y.data_ptr(), n, params.address, base, 1, None)
+    assert und == int(tie.sum()) > 100
+    assert torch.equal(y[tie], x[tie])  # handed back untouched
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("fmt", [an.E4M3FN, an.E5M2, an.E2M3], ids=lambda f: f.display_name())
+def test_sr_rand_bits_below_the_smallest_normal_at_its_draw(
+    fmt: an.FloatFormat, dtype: torch.dtype, cn
+) -> None:  # type: ignore[no-untyped-def]
+    """floor(f * 2**r) + draw against 2**r at equality, one either side, and just below equality."""
+    n = 1 << 12
+    step = 2.0 ** (fmt.emin - fmt.man_bits)
+    q = torch.randint(0, 1 << fmt.man_bits, (n,), generator=torch.Generator().manual_seed(4)).double()
+    for r in (3, 8):
+        d = CounterRandom(7).bits_at(torch.arange(n), r, 0)
+        for off, below in ((-1, 0.0), (0, 0.0), (1, 0.0), (0, 2.0**-9)):
+            top = (2**r - d + off).clamp(0, 2**r - 1).double()
+            x = ((q + (top - below) * 2.0**-r) * step).to(dtype)  # exact: at most 3 + 8 + 9 bits
+            x[1::2] = -x[1::2]
+            want = cn.reference(fmt, Rounding.STOCHASTIC, fmt.default_overflow, r, x)
+            got = cn.native(fmt, Rounding.STOCHASTIC, fmt.default_overflow, r, x)
+            cn.assert_same(got, want, x, (r, off, below, dtype))

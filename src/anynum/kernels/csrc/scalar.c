@@ -112,7 +112,12 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
    nothing) and loses the dropped bits, a carry running into the exponent as the value does;
    round-to-odd truncates and sets the lowest kept bit where a dropped one was set. Below the
    format's smallest normal the step is fixed: x / step in the working type (two exact
-   multiplies by powers of two), round_scaled, times the step. Then float_round's overflow rule; NaN stays NaN. */
+   multiplies by powers of two), the mode's rule, times the step; round-to-odd and SR work on the
+   magnitude, and SR compares the draw with t = f * 2**53 itself (undecided where
+   draw < t < draw + 1) or f * 2**r with 2**r - draw, no floors. (That branch on the bits too, the
+   significand shifted per lane by its own count of dropped bits, vectorised but took some 44
+   vector instructions per 16 float32 elements against 25 and ran slower in every mode: the float
+   rule stays; docs/speed.md.) Then float_round's overflow rule; NaN stays NaN. */
 typedef struct {
     W limit, far, smallest_normal, inv_a, inv_b, step, zero_add; /* 1/step = inv_a * inv_b */
     WU half, low;
@@ -166,22 +171,31 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
     W ax = FABSW(x);
     W y = SFX(from)(r);
     if (!NORMAL) { /* the format's subnormal binade: one step, x / step scaled exactly */
-        W s = x * k->inv_a * k->inv_b;
         W sub;
-        if (M == M_SR || M == M_SRT) {
-            W a = FABSW(s);
+        if (M == M_SR || M == M_SRT) { /* on the magnitude: the common tail gives x's sign */
+            W a = ax * k->inv_a * k->inv_b;
             W lo = FLOORW(a);
-            double f = (double)(a - lo);
+            W fw = a - lo; /* the fraction f, exact, and so are its scalings by powers of two */
+            double kd = (double)(int64_t)draw;
             int away;
             if (M == M_SR) {
-                double t = f * 0x1p53, c = floor(t), kd = (double)(int64_t)draw;
-                away = kd < c;
-                *und = (ax < k->smallest_normal) & (kd == c) & (t - c > 0.0);
-            } else {
-                away = floor(f * two_r) + (double)(int64_t)draw >= two_r;
+                /* sr_exact_up: up where draw < floor(t), t = f * 2**53, and undecided where
+                   draw = floor(t) < t; so up where draw < t but for those, which are the
+                   draw < t < draw + 1 (exact in float64) */
+                double t = (double)(fw * (W)0x1p53);
+                away = kd < t;
+                *und = (ax < k->smallest_normal) & away & (t < kd + 1.0);
+            } else { /* sr_trunc_up: floor(f * 2**r) + draw >= 2**r, 2**r - draw an integer */
+                away = (double)(fw * (W)two_r) >= two_r - kd;
             }
-            sub = COPYSIGNW(lo + (away ? (W)1 : (W)0), s) * k->step;
+            sub = (lo + (away ? (W)1 : (W)0)) * k->step;
+        } else if (M == M_RO) { /* round_scaled's rule on the magnitude */
+            W a = ax * k->inv_a * k->inv_b;
+            W lo = FLOORW(a);
+            W h = lo * (W)0.5;
+            sub = (lo + ((a != lo) & (h == FLOORW(h)) ? (W)1 : (W)0)) * k->step;
         } else {
+            W s = x * k->inv_a * k->inv_b;
             int u = 0;
             sub = SFX(round_scaled)(s, M, 0, 0, 0, 0.0, &u) * k->step;
         }
