@@ -269,9 +269,8 @@ class QuantizedOptimizer:
             if not entry:
                 continue
             for key, value in entry.items():
-                if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
-                    if key not in _COUNTERS and value.is_floating_point():
-                        yield i, key, value
+                if isinstance(value, torch.Tensor) and key not in _COUNTERS and value.is_floating_point():
+                    yield i, key, value
 
     # --- the step -------------------------------------------------------------------------
     @torch.no_grad()
