@@ -90,8 +90,34 @@ def _inputs(fmt: an.Table, dtype: torch.dtype) -> torch.Tensor:
     return torch.cat([x, _values_and_boundaries(fmt, dtype)])
 
 
+@pytest.fixture(params=["as built", "portable"])
+def table_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Each deterministic lookup of float arrays the library holds: the one it runs here (one
+    AVX-512 pass where the compiler targets it) and the portable three passes (the table's
+    `portable` flag), so both are held to the reference on a machine that builds the first."""
+    from anynum.kernels import cparams
+
+    if request.param == "as built":
+        yield
+        return
+    built = cparams._table_params
+
+    def portable(*args, **kwargs):  # type: ignore[no-untyped-def]
+        params, keep = built(*args, **kwargs)
+        params.portable = 1
+        return params, keep
+
+    monkeypatch.setattr(cparams, "_table_params", portable)
+    cparams.call_params.cache_clear()
+    taken = call_params(TABLES[0], Rounding.NEAREST_EVEN, "saturate", None, torch.float32)
+    assert taken is not None and taken.struct.t.portable == 1
+    yield
+    monkeypatch.undo()
+    cparams.call_params.cache_clear()
+
+
 @pytest.mark.parametrize("fmt", TABLES, ids=repr)
-def test_every_float16_and_bfloat16_pattern(fmt: an.Table, cn) -> None:  # type: ignore[no-untyped-def]
+def test_every_float16_and_bfloat16_pattern(fmt: an.Table, table_loops, cn) -> None:  # type: ignore[no-untyped-def]
     all16 = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16)
     checked = 0
     for dtype in (torch.float16, torch.bfloat16):
@@ -102,7 +128,7 @@ def test_every_float16_and_bfloat16_pattern(fmt: an.Table, cn) -> None:  # type:
 
 
 @pytest.mark.parametrize("fmt", TABLES + WIDE, ids=repr)
-def test_bucket_edges_values_and_boundaries(fmt: an.Table, cn) -> None:  # type: ignore[no-untyped-def]
+def test_bucket_edges_values_and_boundaries(fmt: an.Table, table_loops, cn) -> None:  # type: ignore[no-untyped-def]
     """float32 inputs (float32 keys) where the table holds float32 numbers, float64 inputs (float64 keys)."""
     for dtype in (torch.float32, torch.float64):
         if _representable(fmt, dtype):
@@ -123,7 +149,7 @@ def test_some_tables_have_searched_buckets_and_these_run() -> None:
 
 @pytest.mark.parametrize("fmt", [TABLES[0], TABLES[1], TABLES[-3]], ids=repr)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
-def test_in_place_out_and_two_threads(fmt: an.Table, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+def test_in_place_out_and_two_threads(fmt: an.Table, dtype: torch.dtype, table_loops, cn) -> None:  # type: ignore[no-untyped-def]
     if not _representable(fmt, dtype):  # refused at the front door: no kernel ever sees it
         with pytest.raises(RepresentabilityError):
             an.quantize(torch.zeros(4, dtype=dtype), fmt)
@@ -195,7 +221,7 @@ _NEAR_ZERO = TABLES[-1]
 
 
 @pytest.mark.parametrize("fmt", [TABLES[1], TABLES[5], TABLES[6], TABLES[7], _NEAR_ZERO], ids=repr)
-def test_the_search_behind_the_lookup(fmt: an.Table, coarse_buckets, cn) -> None:  # type: ignore[no-untyped-def]
+def test_the_search_behind_the_lookup(fmt: an.Table, coarse_buckets, table_loops, cn) -> None:  # type: ignore[no-untyped-def]
     for key64 in (False, True):
         res = result_lut(fmt, Rounding.NEAREST_EVEN, key64).entries
         assert int((res == np.iinfo(res.dtype).max).sum()) >= 1  # searched entries there are

@@ -135,7 +135,8 @@ class TableParams(ctypes.Structure):
         *(
             (name, ctypes.c_int32)
             for name in (
-                "ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "lut_pow2"
+                "ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "lut_pow2",
+                "portable",  # 1: the portable loops where a vector path is built (tests)
             )
         ),
     ]

@@ -85,6 +85,9 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
     const WU *lut = (const WU *)t->lut;
     const SFX(table_keymap) km = SFX(table_keys)(t);
     const WU nan_from = t->infinity_nan ? W_EXPMASK : W_EXPMASK + 1; /* |x| bits from which y is NaN */
+#if defined(__AVX512F__)
+    const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* table.c */
+#endif
     for (int64_t i0 = 0; i0 < n; i0 += TABLE_TILE) {
         const int64_t m = n - i0 < TABLE_TILE ? n - i0 : TABLE_TILE;
         const W *x = xin + i0;
@@ -92,6 +95,14 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
         WU key[TABLE_TILE], rt[TABLE_TILE];
         WI fl[TABLE_TILE];
         WI nf = 0;
+#if defined(__AVX512F__)
+        if (one_pass) {
+            nf = table_det_tile_f32((const uint32_t *)x, (uint32_t *)y, m, (const uint32_t *)lut, t,
+                                    (uint32_t)nan_from, (int32_t *)fl);
+            if (nf) SFX(table_fix)(y, m, fl, t, M);
+            continue;
+        }
+#endif
         for (int64_t i = 0; i < m; i++) key[i] = SFX(table_key_det)(SFX(bits)(x[i]), &km, nan_from);
         if (sizeof(W) == 4) table_gather_32((const uint32_t *)lut, (const uint32_t *)key, (uint32_t *)rt, m);
         else table_gather_64((const uint64_t *)lut, (const uint64_t *)key, (uint64_t *)rt, m);
