@@ -326,17 +326,18 @@ TABLE_GATHER(table_gather_64k32, uint64_t, uint32_t)
    one pass with the key, a hardware gather and the choice in registers: 1.7-2x faster than the
    three passes on an Intel Sapphire Rapids. The same key map as table_entry / table_key_det on
    uint32 lanes (unsigned clamps and compares, wrapping sums), the same sentinel rule; returns the
-   flagged count, with fl and y as the three passes leave them. Where the library is built
-   without AVX-512, or where gathers are slow (table_gathers_fast), those passes run. */
+   flagged count, with fl and y as the three passes leave them. km: the template's key map
+   (table_keys) for float arrays, {shift, lowmask, klo1, khi1, off, ntot}. Where the library is
+   built without AVX-512, or where gathers are slow (table_gathers_fast), those passes run. */
 static int32_t table_det_tile_f32(const uint32_t *x, uint32_t *y, int64_t m, const uint32_t *lut,
-                                  const any_table *t, uint32_t nan_from, int32_t *fl) {
+                                  const uint32_t km[6], uint32_t nan_from, int32_t *fl) {
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), zero = _mm512_setzero_si512();
-    const __m512i lowmask = _mm512_set1_epi32((int)(((uint32_t)1 << t->lut_shift) - 1));
-    const __m512i klo1 = _mm512_set1_epi32((int)(t->lut_klo - 1)), khi1 = _mm512_set1_epi32((int)(t->lut_khi + 1));
-    const __m512i off = _mm512_set1_epi32((int)(t->lut_klo - 2)), ntot = _mm512_set1_epi32((int)t->lut_ntot);
-    const __m512i nan_key = _mm512_set1_epi32((int)(2 * t->lut_ntot)), nan_at = _mm512_set1_epi32((int)nan_from);
+    const __m512i lowmask = _mm512_set1_epi32((int)km[1]);
+    const __m512i klo1 = _mm512_set1_epi32((int)km[2]), khi1 = _mm512_set1_epi32((int)km[3]);
+    const __m512i off = _mm512_set1_epi32((int)km[4]), ntot = _mm512_set1_epi32((int)km[5]);
+    const __m512i nan_key = _mm512_set1_epi32((int)(2 * km[5])), nan_at = _mm512_set1_epi32((int)nan_from);
     const __m512i sentinel = _mm512_set1_epi32(-1), one = _mm512_set1_epi32(1);
-    const __m128i shift = _mm_cvtsi32_si128((int)t->lut_shift);
+    const __m128i shift = _mm_cvtsi32_si128((int)km[0]);
     int32_t nf = 0;
     for (int64_t i = 0; i < m; i += 16) {
         const __mmask16 live = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);

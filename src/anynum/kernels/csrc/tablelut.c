@@ -87,6 +87,8 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
     const WU nan_from = t->infinity_nan ? W_EXPMASK : W_EXPMASK + 1; /* |x| bits from which y is NaN */
 #if defined(__AVX512F__)
     const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* table.c */
+    const uint32_t km32[6] = {(uint32_t)km.shift, (uint32_t)km.lowmask, (uint32_t)km.klo1,
+                              (uint32_t)km.khi1,  (uint32_t)km.off,     (uint32_t)km.ntot};
 #endif
     for (int64_t i0 = 0; i0 < n; i0 += TABLE_TILE) {
         const int64_t m = n - i0 < TABLE_TILE ? n - i0 : TABLE_TILE;
@@ -97,7 +99,7 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
         WI nf = 0;
 #if defined(__AVX512F__)
         if (one_pass) {
-            nf = table_det_tile_f32((const uint32_t *)x, (uint32_t *)y, m, (const uint32_t *)lut, t,
+            nf = table_det_tile_f32((const uint32_t *)x, (uint32_t *)y, m, (const uint32_t *)lut, km32,
                                     (uint32_t)nan_from, (int32_t *)fl);
             if (nf) SFX(table_fix)(y, m, fl, t, M);
             continue;
