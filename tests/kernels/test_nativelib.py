@@ -390,3 +390,25 @@ def test_router_runs_the_reference_while_the_library_builds(monkeypatch: pytest.
                 m.setenv("ANYNUM_COMPILE", "0")
                 want = an.quantize(x, fmt, mode, seed=3 if mode is Rounding.STOCHASTIC else None)
             assert torch.equal(got, want), (fmt, mode)
+
+
+def test_cxx_sources_are_built_by_the_cxx_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """C++ (the pair node's language): $CXX first, the C++ standard, linker arguments after the
+    source (a shared library listed before it would be dropped by --as-needed linkers)."""
+    nativelib.compiler.cache_clear()
+    monkeypatch.setenv("CXX", "my-c++")
+    try:
+        assert nativelib.compiler("c++") == "my-c++"
+        monkeypatch.delenv("CXX")
+        nativelib.compiler.cache_clear()
+        if nativelib.compiler("c++") is None:
+            pytest.fail("no C++ compiler on this machine (c++, g++ or clang++)")
+        monkeypatch.setenv("ANYNUM_CACHE_DIR", str(tmp_path / "cache"))
+        source = 'extern "C" int anynum_cxx_probe() { return static_cast<int>(sizeof(bool)) + 41; }'
+        src = NativeSource("cxx_probe", source, language="c++", libraries=("-lstdc++",))
+        lib = nativelib.load(src)
+        assert lib is not None and lib.anynum_cxx_probe() == 42
+        c_twin = NativeSource("cxx_probe_as_c", source)
+        assert nativelib.library_path(src, tmp_path) != nativelib.library_path(c_twin, tmp_path)
+    finally:
+        nativelib.compiler.cache_clear()

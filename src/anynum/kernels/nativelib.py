@@ -82,7 +82,8 @@ _open_libraries: list[int] = []  # descriptors of the loaded libraries (see `_lo
 
 @dataclass(frozen=True)
 class NativeSource:
-    """A C library anynum builds: a name, its source, and extra compiler flags.
+    """A library anynum builds: name, source, compiler flags, language ("c", or "c++" for
+    `anynum.kernels.pairop`) and linker arguments (placed after the source).
 
     Building the same source twice gives the same cache entry. Each source is
     recorded when it is defined; `registered_sources` lists them, which the
@@ -92,6 +93,8 @@ class NativeSource:
     name: str
     source: str
     flags: tuple[str, ...] = field(default=())
+    language: str = "c"
+    libraries: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         _sources.setdefault(self.name, self)
@@ -223,13 +226,17 @@ def cache_dir() -> Path | None:
 # --- how ---------------------------------------------------------------------------------------
 
 
+_LANGUAGES = {  # language: (compiler variable, compilers to look for, default standard, suffix)
+    "c": ("CC", ("cc", "gcc", "clang"), "-std=c99", ".c"),
+    "c++": ("CXX", ("c++", "g++", "clang++"), "-std=c++17", ".cpp"),
+}
+
+
 @functools.cache
-def compiler() -> str | None:
-    """The C compiler: ``$CC``, else the first of cc, gcc, clang on PATH; None if there is none."""
-    configured = os.environ.get("CC")
-    if configured:
-        return configured
-    return next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+def compiler(language: str = "c") -> str | None:
+    """C: ``$CC``, else the first of cc, gcc, clang on PATH (C++: $CXX, c++, g++, clang++); or None."""
+    variable, names, _, _ = _LANGUAGES[language]
+    return os.environ.get(variable) or next((c for c in names if shutil.which(c)), None)
 
 
 @functools.cache
@@ -244,14 +251,13 @@ def _cpu_features() -> str:
     return platform.processor()
 
 
-_BASE_FLAGS = ("-O3", "-std=c99", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math")
+_BASE_FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math")
 
 
 def library_path(src: NativeSource, directory: Path) -> Path:
     """Where `src`'s library lives in `directory`: its name plus a hash of source, compiler, flags and CPU."""
-    identity = "|".join(
-        (src.source, str(compiler()), " ".join(src.flags), platform.machine(), sys.platform, _cpu_features())
-    )
+    build = " ".join((str(compiler(src.language)), *src.flags, *src.libraries))
+    identity = "|".join((src.source, build, platform.machine(), sys.platform, _cpu_features()))
     return directory / f"{src.name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.so"
 
 
@@ -323,11 +329,13 @@ def _write_atomic(target: Path, data: bytes) -> None:
 
 def _compile(src: NativeSource, cc: str) -> bytes:
     """The library's bytes, built in a private temporary directory (``-march=native`` if it works)."""
+    _, _, standard, suffix = _LANGUAGES[src.language]
     with tempfile.TemporaryDirectory(prefix="anynum-build-") as tmp:
-        c_file = Path(tmp) / f"{src.name}.c"
+        c_file = Path(tmp) / f"{src.name}{suffix}"
         c_file.write_text(src.source)
         out = Path(tmp) / f"{src.name}.so"
-        base = [*cc.split(), *_BASE_FLAGS, *src.flags, str(c_file), "-o", str(out), "-lm"]
+        base = [*cc.split(), *_BASE_FLAGS, standard, *src.flags, str(c_file), "-o", str(out)]
+        base += [*src.libraries, "-lm"]
         try:  # the library is keyed by this CPU's features, so -march=native is safe
             subprocess.run([*base, "-march=native"], check=True, capture_output=True, timeout=300)
         except subprocess.CalledProcessError:  # a compiler without -march=native
@@ -384,7 +392,7 @@ def load_soon(src: NativeSource) -> ctypes.CDLL | None:
     True
     """
     directory = cache_dir()
-    if directory is None or compiler() is None or library_path(src, directory).exists():
+    if directory is None or compiler(src.language) is None or library_path(src, directory).exists():
         return load(src)  # fast: a verified load, or a None with its warning
     with _LOCK:
         builder = _builders.get(src.name)
@@ -418,13 +426,14 @@ def _load(src: NativeSource) -> ctypes.CDLL | None:
     directory = cache_dir()
     if directory is None:
         return None
-    cc = compiler()
+    cc = compiler(src.language)
     lib = library_path(src, directory)
     try:
         fd = _open_verified(lib)
         if fd is None:
             if cc is None:
-                raise FileNotFoundError("no C compiler found ($CC, cc, gcc, clang)")
+                variable, names, _, _ = _LANGUAGES[src.language]
+                raise FileNotFoundError(f"no {src.language} compiler found (${variable}, {', '.join(names)})")
             lock = lib.with_suffix(".lock")
             with _locked(lock):  # one builder at a time, across processes
                 fd = _open_verified(lib)  # another process may have built it meanwhile
@@ -458,10 +467,8 @@ def _load(src: NativeSource) -> ctypes.CDLL | None:
 
 
 def inductor_cache_dir() -> Path:
-    """The directory Inductor (torch.compile) caches compiled kernels in, for this process.
-
-    ``$TORCHINDUCTOR_CACHE_DIR``, else Inductor's default, ``<tempdir>/torchinductor_<user>``.
-    """
+    """Where Inductor (torch.compile) caches kernels: ``$TORCHINDUCTOR_CACHE_DIR``, else
+    Inductor's default, ``<tempdir>/torchinductor_<user>``."""
     configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if configured:
         return Path(os.path.abspath(configured))
