@@ -46,7 +46,7 @@ from anynum.kernels.route import Call, Direct, Kernel, can_write_while_reading, 
 from anynum.kernels.settings import compile_mode
 from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["NativeKernel", "native_round", "native_round_each"]
+__all__ = ["NativeKernel", "native_kernel", "native_round", "native_round_each", "refine_undecided"]
 
 _MASK64 = (1 << 64) - 1
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -126,11 +126,18 @@ def native_round(
     if undecided < 0:
         return None
     if undecided:
-        # y holds each undecided element's input and every other element's rounded value: the
-        # eager reference keeps values on the grid and refines the others from the same stream.
-        w = y.to(params.wdtype)
-        y.copy_(round_to_format(call.fmt, w, call.mode, call.overflow, rng, call.rand_bits))
+        refine_undecided(params, call, y, rng)
     return y
+
+
+def refine_undecided(params: CallParams, call: Call, y: torch.Tensor, rng: RandomSource | None) -> None:
+    """Finish, in place, a result the library left with undecided exact-SR elements.
+
+    `y` holds each undecided element's input and every other element's rounded value: the
+    eager reference keeps values on the grid and refines the others from the same stream.
+    """
+    w = y.to(params.wdtype)
+    y.copy_(round_to_format(call.fmt, w, call.mode, call.overflow, rng, call.rand_bits))
 
 
 def native_round_each(
@@ -300,4 +307,10 @@ class NativeKernel(Kernel):
         return params is not None and native_round_each(params, call, xs, rng)
 
 
-register(NativeKernel())
+_NATIVE = register(NativeKernel())
+
+
+def native_kernel() -> NativeKernel:
+    """The registered `NativeKernel` (a plan whose first kernel is this one rounds in the C library)."""
+    assert isinstance(_NATIVE, NativeKernel)
+    return _NATIVE

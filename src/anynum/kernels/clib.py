@@ -113,6 +113,8 @@ def _typed(lib: ctypes.CDLL | None) -> ctypes.CDLL | None:
     lib.anynum_block_tensor_scale.restype = ctypes.c_double
     lib.anynum_block_quotients.argtypes = [vp, vp, i64, vp]
     lib.anynum_block_quotients.restype = None
+    lib.anynum_stream_base.argtypes = [u64, u64]
+    lib.anynum_stream_base.restype = u64
     lib.anynum_pool_workers.argtypes = []
     lib.anynum_pool_workers.restype = i32
     lib.anynum_call_size.argtypes = []

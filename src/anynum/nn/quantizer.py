@@ -17,7 +17,7 @@ from anynum.errors import AnynumError
 from anynum.formats.base import Format
 from anynum.nn.checks import check_seed, check_tensor
 from anynum.nn.streams import register_stream_hooks
-from anynum.quantize.rounder import Rounder
+from anynum.quantize.rounder import Rounder, round_pair
 from anynum.rounding import RoundingLike
 
 __all__ = ["NumberLike", "Quantizer", "Rounder", "quantizer", "resolve_number", "round_weight"]
@@ -67,14 +67,15 @@ class _QuantizeFn(torch.autograd.Function):
 
 
 def apply_pair(x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> torch.Tensor:
-    """Round `x` with `fwd` and, if `x` takes part in autograd, its gradient with `bwd`."""
-    if bwd is not None and x.requires_grad and torch.is_grad_enabled():
-        return _QuantizeFn.apply(x, fwd, bwd)
-    if fwd is None:
-        return x
-    if x.requires_grad and torch.is_grad_enabled():
-        return _QuantizeFn.apply(x, fwd, None)
-    return fwd(x)
+    """Round `x` with `fwd` and, if `x` takes part in autograd, its gradient with `bwd`.
+
+    On CPU the pair is one native autograd node where it can be (`round_pair`), else the
+    Python Function `_QuantizeFn`: the same bits and the same random streams either way.
+    """
+    if x.requires_grad and torch.is_grad_enabled() and (fwd is not None or bwd is not None):
+        y = round_pair(x, fwd, bwd)
+        return y if y is not None else _QuantizeFn.apply(x, fwd, bwd)
+    return x if fwd is None else fwd(x)
 
 
 def round_weight(w: torch.Tensor, rounder: Rounder | None) -> torch.Tensor:

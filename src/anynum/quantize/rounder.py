@@ -20,12 +20,20 @@ from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.registry import format as lookup_format
 from anynum.kernels.customop import register_stream
+from anynum.kernels.pairop import pair_op, side
 from anynum.kernels.route import Plan, plan_for
 from anynum.kernels.settings import compile_mode
 from anynum.quantize.checks import TORCH_FLOATS, check_overflow_fits, check_rand_bits, check_representable
-from anynum.rounding import RandomSource, Rounding, RoundingLike, make_random_source, parse_rounding
+from anynum.rounding import (
+    CounterRandom,
+    RandomSource,
+    Rounding,
+    RoundingLike,
+    make_random_source,
+    parse_rounding,
+)
 
-__all__ = ["Rounder"]
+__all__ = ["Rounder", "round_pair"]
 
 #: Tensor attribute holding the `_grid_tag` of the last `Rounder.mark_on_grid`.
 _ON_GRID_ATTR = "_anynum_on_grid"
@@ -93,6 +101,7 @@ class Rounder:
         self._stream: int | None = None  # the random stream's id for compiled graphs
         self._register_stream()
         self._plans: dict[tuple[torch.dtype, str, str], Plan] = {}  # by (dtype, device type, switch)
+        self._sides: dict[tuple[torch.dtype, str], list[int] | None] = {}  # native node's, by (dtype, switch)
 
     def __repr__(self) -> str:
         return f"Rounder({self.fmt.display_name()}, {self.mode.name}, overflow={self.overflow!r})"
@@ -279,10 +288,11 @@ class Rounder:
     # Generators are plain state; pickling/deepcopy keep the stream position. Plans and the
     # compiled graphs' stream registration belong to this object in this process.
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_plans": {}, "_stream": None}
+        return {**self.__dict__, "_plans": {}, "_sides": {}, "_stream": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._sides = {}  # (also for Rounders pickled before the native pair node existed)
         self._register_stream()
 
     def _register_stream(self) -> None:
@@ -296,6 +306,53 @@ class Rounder:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for d, s in state.items():
             self.generator(torch.device(d)).set_state(s)
+
+
+def _side(rounder: Rounder | None, dtype: torch.dtype) -> list[int] | None:
+    """`rounder`'s side of the native pair node for CPU tensors of `dtype` ([] for none), else None."""
+    if rounder is None:
+        return []
+    if type(rounder) is not Rounder:
+        return None  # a subclass may round its own way (fault injection, benchmarks' stand-ins)
+    key = (dtype, compile_mode())
+    if key not in rounder._sides:
+        rounder._sides[key] = side(rounder.plan(dtype, "cpu"))
+    return rounder._sides[key]
+
+
+def round_pair(x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> torch.Tensor | None:
+    """`x` rounded by `fwd`, its gradient rounded by `bwd` on the way back, in one native autograd
+    node (`anynum.kernels.pairop`); None where that node cannot take the call (not a plain CPU
+    tensor, the C library not first for either rounder, the node not built, torch.compile
+    tracing): the caller's Python autograd Function gives the same bits then.
+
+    A None rounder passes its direction unchanged. Random draws happen when the Python
+    Function would make them (the forward's now, the backward's in the backward), so the
+    streams are the same on either path. NaN/inf follow each rounder's format.
+
+    >>> import torch, anynum as an
+    >>> x = torch.tensor([0.3, 3.3], requires_grad=True)
+    >>> y = round_pair(x, Rounder(an.E4M3FN), Rounder(an.E5M2))
+    >>> y is None or y.detach().tolist() == [0.3125, 3.25]
+    True
+    """
+    if type(x) is not torch.Tensor or not x.is_cpu or torch.compiler.is_compiling():
+        return None
+    dtype = x.dtype
+    fwd_side, bwd_side = _side(fwd, dtype), _side(bwd, dtype)
+    if fwd_side is None or bwd_side is None:
+        return None
+    op = pair_op()
+    if op is None:
+        return None
+    seed = 0
+    if fwd is not None and fwd._stochastic:
+        rng = fwd._rng(x.device)
+        assert isinstance(rng, CounterRandom)
+        seed = rng.seed
+    generator = bwd.generator(x.device) if bwd is not None and bwd._stochastic else None
+    y: torch.Tensor = op(x, fwd_side, bwd_side, seed, generator)
+    return y
 
 
 class _StreamOf:

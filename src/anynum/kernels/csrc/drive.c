@@ -90,6 +90,10 @@ static void elem_task(void *ctx, int part, int parts) {
     }
 }
 
+/* The counter base of `stream` under `seed` (anynum.rounding._counter_stream_base), for callers
+ * that draw a seed where no Python runs (the autograd node of anynum/kernels/pairop.py). */
+uint64_t anynum_stream_base(uint64_t seed, uint64_t stream) { return mix64(mix64(seed) + stream); }
+
 /* Round n elements of x (dtype c->tdt) into y (same dtype and layout; y may be x).
  * layout: NULL when the memory order is the row-major logical order (or the mode draws no
  * random bits), else {d, sizes[d], logical strides[d]}: the dimensions in memory order,
