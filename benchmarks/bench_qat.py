@@ -8,15 +8,18 @@ same numbers at the same places (its Quantizer and OptimLP). Repetitions are
 interleaved (fp32, QAT, QAT-SR, fp32, ...) and medians compared, because the
 machine is shared and noisy. Prints ratios, never lone absolute times.
 
-The row "QAT hooks, no rounding (floor)" is the same QAT step with every rounding replaced
-by a clone (`CloneRounder`): what the hooks, the autograd Functions that round errors, the
-parametrized weights and the optimizer wrapper cost on their own. The QAT rows sit that far
-above fp32 before any kernel runs.
+The row "QAT onto float32 (floor)" is the same QAT step with every category's format float32
+itself: every value stays as it is, but every hook, autograd node, parametrized weight,
+optimizer category and kernel pass runs as in the QAT rows. The QAT rows sit that far above
+fp32 before any value changes. "QAT hooks, Python clones" replaces every rounding by a Python
+clone (`CloneRounder`), so the activation points go through the Python autograd Function
+instead of the native node (`anynum.kernels.pairop`): the floor as it was before that node.
 
 It measures the steady state of a training run. On CPU every rounding goes through the
 native C kernels (`anynum.kernels.ckernel`, built once per machine), stochastic rounding
-included, from the first call; the warm-up steps (100 by default, their length printed) only
-settle allocations and caches. ANYNUM_COMPILE=0 measures the eager kernels instead.
+included, from the first call, and every activation point through the native pair node; the
+warm-up steps (100 by default, their length printed) only settle allocations and caches.
+ANYNUM_COMPILE=0 measures the eager kernels instead.
 ``--profile`` prints where the QAT step's time goes (cProfile of the SR step).
 
 Run: python benchmarks/bench_qat.py [--reps N] [--inner K] [--warmup W] [--threads T]
@@ -33,6 +36,7 @@ from torch import nn
 
 import anynum as an
 from anynum.kernels.clib import library
+from anynum.kernels.pairop import build_now
 
 
 class CNN(nn.Module):
@@ -104,9 +108,10 @@ def qpytorch_setup() -> tuple[nn.Module, object] | None:
 class CloneRounder(an.nn.Rounder):
     """Rounds nothing: a clone where a rounding would be, nothing where a group is rounded in place.
 
-    A QAT step built with it costs what anynum's QAT machinery costs without its kernels (the
-    forward pre-hooks, the autograd Function that rounds errors on the way back, the
-    parametrized weights, the optimizer wrapper): the floor under the QAT rows.
+    A QAT step built with it costs what anynum's QAT machinery costs without its kernels and
+    without the native pair node, which takes only `Rounder` itself (the forward pre-hooks,
+    the Python autograd Function that rounds errors on the way back, the parametrized
+    weights, the optimizer wrapper).
     """
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,13 +136,13 @@ def setups() -> dict[str, tuple[nn.Module, object]]:
             weight="e4m3fn", grad=("bf16", rounding), momentum="bf16", seed=2,
         )
         out[name] = (m, opt)
-    torch.manual_seed(0)
-    free = CloneRounder("e4m3fn")
-    m = an.nn.convert(CNN(), an.nn.Policy(weight=free, activation=free, error=free))
-    opt = an.optim.QuantizedOptimizer(
-        torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), weight=free, grad=free, momentum=free
-    )
-    out["machinery"] = (m, opt)
+    for name, same in (("floor", an.nn.Rounder(an.FP32)), ("clones", CloneRounder("e4m3fn"))):
+        torch.manual_seed(0)
+        m = an.nn.convert(CNN(), an.nn.Policy(weight=same, activation=same, error=same))
+        opt = an.optim.QuantizedOptimizer(
+            torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), weight=same, grad=same, momentum=same
+        )
+        out[name] = (m, opt)
     peer = qpytorch_setup()
     if peer is not None:
         out["qpytorch"] = peer
@@ -152,6 +157,7 @@ def step(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> None:
 
 def main() -> None:
     library()  # steady state: a first build would otherwise run in the background (eager meanwhile)
+    build_now()  # the same for the native pair node (C++, about 20 s on a first run)
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--inner", type=int, default=5, help="steps per timed repetition")
@@ -181,17 +187,18 @@ def main() -> None:
     base = statistics.median(times["fp32"])
     print(f"CNN on digits, batch 128, {args.threads} threads, {args.reps}x{args.inner} interleaved steps")
     print(f"warm-up: {args.warmup} steps of each, {warmup_s:.1f} s (one-off compiles included)")
-    print(f"{'step':<34}{'median / fp32':>14}{'best / fp32':>13}")
+    print(f"{'step':<36}{'median / fp32':>14}{'best / fp32':>13}")
     labels = {
         "fp32": "fp32 (torch SGD)",
         "qat": "QAT nearest (W/A e4m3fn, E e5m2)",
         "qat_sr": "QAT, SR errors and grads",
-        "machinery": "QAT hooks, no rounding (floor)",
+        "floor": "QAT onto float32 (floor)",
+        "clones": "QAT hooks, Python clones",
         "qpytorch": "QPyTorch QAT nearest, same numbers",
     }
     for name in runs:
         ratio, best = statistics.median(times[name]) / base, min(times[name]) / min(times["fp32"])
-        print(f"{labels[name]:<34}{ratio:>13.2f}x{best:>12.2f}x")
+        print(f"{labels[name]:<36}{ratio:>13.2f}x{best:>12.2f}x")
     if args.profile:
         profile(runs["qat_sr"], x, y)
 
