@@ -8,6 +8,8 @@ same numbers at the same places (its Quantizer and OptimLP). Repetitions are
 interleaved (fp32, QAT, QAT-SR, fp32, ...) and medians compared, because the
 machine is shared and noisy. Prints ratios, never lone absolute times.
 
+The rows "Python Function" are the QAT rows with every activation point through the Python
+autograd Function instead of the native pair node (`anynum.kernels.pairop`), in the same run.
 The row "QAT onto float32 (floor)" is the same QAT step with every category's format float32
 itself: every value stays as it is, but every hook, autograd node, parametrized weight,
 optimizer category and kernel pass runs as in the QAT rows. The QAT rows sit that far above
@@ -28,8 +30,11 @@ Run: python benchmarks/bench_qat.py [--reps N] [--inner K] [--warmup W] [--threa
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import statistics
 import time
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -126,7 +131,7 @@ def setups() -> dict[str, tuple[nn.Module, object]]:
     torch.manual_seed(0)
     m = CNN()
     out["fp32"] = (m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
-    for name, rounding in (("qat", "nearest"), ("qat_sr", "sr")):
+    for name, rounding in (("qat", "nearest"), ("qat_sr", "sr"), ("qat_py", "nearest"), ("qat_sr_py", "sr")):
         torch.manual_seed(0)
         m = an.nn.convert(
             CNN(), an.nn.Policy(weight="e4m3fn", activation="e4m3fn", error=("e5m2", rounding), seed=1)
@@ -147,6 +152,24 @@ def setups() -> dict[str, tuple[nn.Module, object]]:
     if peer is not None:
         out["qpytorch"] = peer
     return out
+
+
+#: Rows whose activation points go through the Python autograd Function instead of the native
+#: pair node (`python_pair`): what the node saves, measured in the same run.
+PYTHON_PAIR = ("qat_py", "qat_sr_py")
+
+
+@contextlib.contextmanager
+def python_pair(on: bool) -> Iterator[None]:
+    """While `on`, `anynum.nn`'s activation points take the Python Function (the node declines)."""
+    quantizer = importlib.import_module("anynum.nn.quantizer")
+    saved = quantizer.round_pair
+    if on:
+        quantizer.round_pair = lambda *args: None
+    try:
+        yield
+    finally:
+        quantizer.round_pair = saved
 
 
 def step(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -175,15 +198,17 @@ def main() -> None:
     times: dict[str, list[float]] = {k: [] for k in runs}
     t0 = time.perf_counter()
     for _ in range(args.warmup):
-        for model, opt in runs.values():
-            step(model, opt, x, y)
+        for name, (model, opt) in runs.items():
+            with python_pair(name in PYTHON_PAIR):
+                step(model, opt, x, y)
     warmup_s = time.perf_counter() - t0
     for _ in range(args.reps):
         for name, (model, opt) in runs.items():
-            t0 = time.perf_counter()
-            for _ in range(args.inner):
-                step(model, opt, x, y)
-            times[name].append((time.perf_counter() - t0) / args.inner)
+            with python_pair(name in PYTHON_PAIR):
+                t0 = time.perf_counter()
+                for _ in range(args.inner):
+                    step(model, opt, x, y)
+                times[name].append((time.perf_counter() - t0) / args.inner)
     base = statistics.median(times["fp32"])
     print(f"CNN on digits, batch 128, {args.threads} threads, {args.reps}x{args.inner} interleaved steps")
     print(f"warm-up: {args.warmup} steps of each, {warmup_s:.1f} s (one-off compiles included)")
@@ -192,6 +217,8 @@ def main() -> None:
         "fp32": "fp32 (torch SGD)",
         "qat": "QAT nearest (W/A e4m3fn, E e5m2)",
         "qat_sr": "QAT, SR errors and grads",
+        "qat_py": "QAT nearest, Python Function",
+        "qat_sr_py": "QAT SR, Python Function",
         "floor": "QAT onto float32 (floor)",
         "clones": "QAT hooks, Python clones",
         "qpytorch": "QPyTorch QAT nearest, same numbers",
