@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,8 @@ def _refine(token: int, y: int, n: int, seed: int) -> int:
         memory = (ctypes.c_char * (n * size)).from_address(y)
         refine_undecided(params, call, torch.frombuffer(memory, dtype=call.dtype), CounterRandom(seed))
         return 0
-    except Exception:  # a C++ caller cannot take a Python exception: it raises its own error
+    except Exception as exc:  # a C++ caller cannot take a Python exception: it raises its own
+        warnings.warn(f"anynum: refining undecided elements failed: {exc!r}", RuntimeWarning, stacklevel=1)
         return -1
 
 
