@@ -35,6 +35,7 @@ import importlib
 import statistics
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -178,6 +179,29 @@ def step(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> None:
     opt.step()
 
 
+def digits_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """The first 128 scikit-learn digits (scaled to [0, 1]) and their labels."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return torch.tensor(d.data[:128], dtype=torch.float32) / 16.0, torch.tensor(d.target[:128])
+
+
+def run_steps(
+    runs: dict[str, tuple[nn.Module, Any]], x: torch.Tensor, y: torch.Tensor, rounds: int, inner: int
+) -> dict[str, list[float]]:
+    """`rounds` rounds of `inner` steps of every run in turn (interleaved): seconds per step, by round."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(rounds):
+        for name, (model, opt) in runs.items():
+            with python_pair(name in PYTHON_PAIR):
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    step(model, opt, x, y)
+                times[name].append((time.perf_counter() - t0) / inner)
+    return times
+
+
 def main() -> None:
     library()  # steady state: a first build would otherwise run in the background (eager meanwhile)
     build_now()  # the same for the native pair node (C++, about 20 s on a first run)
@@ -189,26 +213,12 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile 200 steps of the SR QAT step")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = torch.tensor(d.data[:128], dtype=torch.float32) / 16.0
-    y = torch.tensor(d.target[:128])
+    x, y = digits_batch()
     runs = setups()
-    times: dict[str, list[float]] = {k: [] for k in runs}
     t0 = time.perf_counter()
-    for _ in range(args.warmup):
-        for name, (model, opt) in runs.items():
-            with python_pair(name in PYTHON_PAIR):
-                step(model, opt, x, y)
+    run_steps(runs, x, y, args.warmup, 1)
     warmup_s = time.perf_counter() - t0
-    for _ in range(args.reps):
-        for name, (model, opt) in runs.items():
-            with python_pair(name in PYTHON_PAIR):
-                t0 = time.perf_counter()
-                for _ in range(args.inner):
-                    step(model, opt, x, y)
-                times[name].append((time.perf_counter() - t0) / args.inner)
+    times = run_steps(runs, x, y, args.reps, args.inner)
     base = statistics.median(times["fp32"])
     print(f"CNN on digits, batch 128, {args.threads} threads, {args.reps}x{args.inner} interleaved steps")
     print(f"warm-up: {args.warmup} steps of each, {warmup_s:.1f} s (one-off compiles included)")

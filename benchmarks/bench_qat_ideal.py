@@ -26,11 +26,10 @@ from __future__ import annotations
 import argparse
 import array
 import statistics
-import time
 from typing import Any
 
 import torch
-from bench_qat import CNN, step
+from bench_qat import CNN, digits_batch, run_steps
 from torch import nn
 
 import anynum as an
@@ -127,23 +126,11 @@ def main() -> None:
     library()
     build_now()
     torch.set_num_threads(args.threads)
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = torch.tensor(d.data[:128], dtype=torch.float32) / 16.0
-    y = torch.tensor(d.target[:128])
+    x, y = digits_batch()
     runs = setups()
-    for _ in range(args.warmup):
-        for model, opt in runs.values():
-            step(model, opt, x, y)
+    run_steps(runs, x, y, args.warmup, 1)
     same = all(torch.equal(a, b) for a, b in zip(runs["qat"][0].parameters(), runs["ideal"][0].parameters()))
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(args.reps):
-        for name, (model, opt) in runs.items():
-            t0 = time.perf_counter()
-            for _ in range(args.inner):
-                step(model, opt, x, y)
-            times[name].append((time.perf_counter() - t0) / args.inner)
+    times = run_steps(runs, x, y, args.reps, args.inner)
     base = statistics.median(times["fp32"])
     print(f"CNN on digits, batch 128, {args.threads} threads; weights equal after the warm-up: {same}")
     labels = {"fp32": "fp32 (torch SGD)", "qat": "QAT nearest (bench_qat's step)"}
