@@ -32,7 +32,6 @@ True
 from __future__ import annotations
 
 import ctypes
-import functools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -98,8 +97,8 @@ def side(plan: Plan) -> list[int] | None:
     params = native_kernel().params(plan.call)
     if params is None or params.block:
         return None
-    token = _TOKENS.get(id(params))
-    if token is None or _SIDES[token][1] is not params:
+    token = _TOKENS.get(id(params))  # (_SIDES keeps params alive: its id names no other object)
+    if token is None:
         token = _TOKENS[id(params)] = len(_SIDES)
         _SIDES.append((plan.call, params))
     return [params.address, token, int(plan.call.random is not None)]
@@ -126,14 +125,13 @@ def pair_op() -> Any:
     return _LOADED[0]
 
 
-@functools.cache
 def _connected(lib: ctypes.CDLL) -> Any:
+    """The op, after handing it the library's entry points and the refine callback (once: `pair_op`)."""
     ops = torch.ops.anynum_native
-    address = ctypes.cast
     ops.set_entry_points(
-        address(lib.anynum_round, ctypes.c_void_p).value,
-        address(lib.anynum_stream_base, ctypes.c_void_p).value,
-        address(_refine, ctypes.c_void_p).value,
+        ctypes.cast(lib.anynum_round, ctypes.c_void_p).value,
+        ctypes.cast(lib.anynum_stream_base, ctypes.c_void_p).value,
+        ctypes.cast(_refine, ctypes.c_void_p).value,
     )
     return ops.round_pair
 
