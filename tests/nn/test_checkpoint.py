@@ -225,6 +225,16 @@ def test_a_missing_device_warns_and_keeps_the_rest():
         load_stream_state({"g": r}, saved)
 
 
+def test_a_rounder_refuses_a_state_for_a_device_this_machine_lacks():
+    """torch builds a generator for cuda:7 on a one-GPU machine without complaint (seen on an
+    H200), so the device count is checked first, here as on a machine without CUDA."""
+    r = an.nn.Rounder("bf16", "sr", seed=1)
+    state = torch.zeros(16, dtype=torch.uint8)
+    with pytest.raises(an.AnynumError, match=r"expected a device this machine has"):
+        r.load_state_dict({f"cuda:{torch.cuda.device_count()}": state})
+    assert r.state_dict() == {}  # nothing half-loaded
+
+
 def test_bad_stream_entries_raise():
     r = an.nn.Rounder("bf16", "sr", seed=1)
     with pytest.raises(an.AnynumError, match="cannot read the random-stream entry"):

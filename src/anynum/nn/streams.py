@@ -180,7 +180,7 @@ def _load_rounder(rounder: Rounder, name: str, fields: Mapping[str, Any], where:
             )
         try:
             rounder.load_state_dict({device: value.cpu()})
-        except RuntimeError as exc:  # no such device here, or a state of another generator kind
+        except (RuntimeError, AnynumError) as exc:  # no such device here, or another generator's state
             warnings.warn(
                 f"{where}: the stream '{name}' saved for device {device} cannot be restored here "
                 f"({exc}); stochastic rounding on {device} will not repeat the saved run.",

@@ -304,8 +304,18 @@ class Rounder:
         return {str(d): g.get_state() for d, g in self._generators.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the generators `state_dict` saved; AnynumError for a device this machine lacks
+        (torch makes a generator for cuda:7 on a one-GPU machine without a word)."""
         for d, s in state.items():
-            self.generator(torch.device(d)).set_state(s)
+            device = torch.device(d)
+            count = getattr(getattr(torch, device.type, None), "device_count", None)
+            if device.index is not None and count is not None and device.index >= count():
+                raise AnynumError(
+                    f"a random-stream state for device {device}: expected a device this machine has "
+                    f"({device.type}:0 to {device.type}:{count() - 1}), got {device}; fix: load it on "
+                    "a machine with that device, or drop the entry to start that stream afresh."
+                )
+            self.generator(device).set_state(s)
 
 
 def _side(rounder: Rounder | None, dtype: torch.dtype) -> list[int] | None:
