@@ -6,7 +6,10 @@ the same with stochastic rounding of errors and gradients; and, where `qtorch`
 is installed (``pip install -e '.[bench]'``), QPyTorch's own QAT step for the
 same numbers at the same places (its Quantizer and OptimLP). Repetitions are
 interleaved (fp32, QAT, QAT-SR, fp32, ...) and medians compared, because the
-machine is shared and noisy. Prints ratios, never lone absolute times.
+machine is shared and noisy. Prints ratios, never lone absolute times: the median step over the
+median fp32 step, the best over the best, and "paired", the median over rounds of each round's
+ratio to the fp32 steps of the same round (the steadiest of the three when the machine's speed
+drifts during a run).
 
 The rows "Python Function" are the QAT rows with every activation point through the Python
 autograd Function instead of the native pair node (`anynum.kernels.pairop`), in the same run.
@@ -222,7 +225,7 @@ def main() -> None:
     base = statistics.median(times["fp32"])
     print(f"CNN on digits, batch 128, {args.threads} threads, {args.reps}x{args.inner} interleaved steps")
     print(f"warm-up: {args.warmup} steps of each, {warmup_s:.1f} s (one-off compiles included)")
-    print(f"{'step':<36}{'median / fp32':>14}{'best / fp32':>13}")
+    print(f"{'step':<36}{'median / fp32':>14}{'best / fp32':>13}{'paired':>9}")
     labels = {
         "fp32": "fp32 (torch SGD)",
         "qat": "QAT nearest (W/A e4m3fn, E e5m2)",
@@ -235,7 +238,8 @@ def main() -> None:
     }
     for name in runs:
         ratio, best = statistics.median(times[name]) / base, min(times[name]) / min(times["fp32"])
-        print(f"{labels[name]:<36}{ratio:>13.2f}x{best:>12.2f}x")
+        paired = statistics.median(t / f for t, f in zip(times[name], times["fp32"], strict=True))
+        print(f"{labels[name]:<36}{ratio:>13.2f}x{best:>12.2f}x{paired:>8.2f}x")
     if args.profile:
         profile(runs["qat_sr"], x, y)
 

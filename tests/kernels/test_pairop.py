@@ -23,10 +23,12 @@ from torch import nn
 import anynum as an
 from anynum.errors import RepresentabilityError
 from anynum.kernels import nativelib, pairop
-from anynum.quantize.rounder import Rounder, round_pair
+from anynum.quantize.rounder import Rounder, round_each_native, round_pair
 from anynum.rounding import Rounding
 
 quantizer_module = importlib.import_module("anynum.nn.quantizer")
+rounder_module = importlib.import_module("anynum.quantize.rounder")
+optimizer_module = importlib.import_module("anynum.optim.optimizer")
 _QuantizeFn = quantizer_module._QuantizeFn
 
 FORMATS = [
@@ -57,7 +59,7 @@ def native(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> N
     and only the test of that case runs.
     """
     monkeypatch.setenv("ANYNUM_COMPILE", "auto")
-    if request.node.name == "test_without_a_cxx_compiler_the_python_function_runs":
+    if request.node.name.startswith("test_without_a_cxx_compiler"):
         return
     if nativelib.compiler("c++") is None:
         pytest.skip("no C++ compiler here: the node cannot be built (its fallback is tested)")
@@ -311,3 +313,171 @@ def test_without_a_cxx_compiler_the_python_function_runs(tmp_path: Path) -> None
     assert "NOT-BUILT" in result.stdout and "_QuantizeFnBackward" in result.stdout, result.stdout
     assert "[0.3125, 3.25] [0.09375, 1024.0]" in result.stdout
     assert "could not build or load the native kernel 'anynum_pairop'" in result.stderr
+
+
+# --- the group rounding (round_each_native: the optimizer's categories) -------------------------
+
+
+@pytest.fixture
+def each_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """What the native group op returned, call by call (so a test knows it ran)."""
+    calls: list[int] = []
+    op = pairop.each_op()
+    assert op is not None
+
+    def counted(*args: object) -> int:
+        calls.append(op(*args))
+        return calls[-1]
+
+    monkeypatch.setattr(rounder_module, "each_op", lambda: counted)
+    return calls
+
+
+def _group(dtype: torch.dtype, seed: int) -> list[torch.Tensor]:
+    """An optimizer's kind of group: several shapes, an empty tensor, specials at the front."""
+    sizes = [(8, 1, 3, 3), (0,), (16,), (33, 7), (1,), (500,)]
+    flat = _values(sum(torch.Size(s).numel() for s in sizes), dtype, seed)
+    parts = flat.split([torch.Size(s).numel() for s in sizes])
+    return [part.reshape(s).clone() for part, s in zip(parts, sizes)]
+
+
+@pytest.mark.parametrize("mode,rand_bits", MODES, ids=lambda v: str(v))
+@pytest.mark.parametrize("fmt,dtype", COMBOS, ids=lambda v: repr(v) if isinstance(v, an.Format) else str(v))
+def test_group_rounding_is_the_reference_over_the_concatenation(  # type: ignore[no-untyped-def]
+    fmt: an.Format, mode: str, rand_bits: int | None, dtype: torch.dtype, each_calls: list[int], cn
+) -> None:
+    """Three calls in a row, each against the reference of the group's concatenation at the seed
+    drawn, and against the Python path (a twin rounder, the op switched off)."""
+    r, twin = Rounder(fmt, mode, rand_bits=rand_bits, seed=3), Rounder(fmt, mode, rand_bits=rand_bits, seed=3)
+    rounding = an.rounding.parse_rounding(mode)
+    for call in range(3):
+        xs, ys = _group(dtype, call), _group(dtype, call)
+        seed = _next_seed(r) if rounding.is_stochastic else 0
+        before = torch.cat([x.reshape(-1) for x in xs])
+        r.round_each_into(xs)
+        assert each_calls[-1] >= 0 and len(each_calls) == call + 1
+        got = torch.cat([x.reshape(-1) for x in xs])
+        want = cn.reference(fmt, rounding, r.overflow, rand_bits, before, seed=seed)
+        cn.assert_same(got, want, before, call)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(rounder_module, "each_op", lambda: None)
+            twin.round_each_into(ys)
+        cn.assert_same(got, torch.cat([y.reshape(-1) for y in ys]), before, (call, "as the Python path"))
+
+
+def test_group_rounding_does_not_depend_on_the_thread_count(each_calls: list[int], cn) -> None:  # type: ignore[no-untyped-def]
+    before = torch.get_num_threads()
+    out = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            xs = list(_values(200_000, torch.float32, 1).split([70_000, 1, 129_999]))
+            xs = [x.clone() for x in xs]
+            assert round_each_native(xs, Rounder(an.Posit(8, 0), "sr", seed=9))
+            out.append(torch.cat(xs))
+    finally:
+        torch.set_num_threads(before)
+    assert len(each_calls) == 2
+    cn.assert_same(out[0], out[1], out[0], "1 vs 2 threads")
+
+
+def test_group_rounding_refines_undecided_elements(each_calls: list[int], cn) -> None:  # type: ignore[no-untyped-def]
+    """The tie sits in the second tensor, at its index in the concatenation's stream."""
+    r = Rounder(an.FP16, "sr", seed=31)
+    seed = _next_seed(r)
+    x, i = cn.self_tie(4096, seed)
+    cut = max(i - 5, 1)
+    xs = [x[:cut].clone(), x[cut:].clone()]
+    assert round_each_native(xs, r) and each_calls == [1]
+    got = torch.cat(xs)
+    cn.assert_same(got, cn.reference(an.FP16, Rounding.STOCHASTIC, "inf", None, x, seed=seed), x, "refined")
+    assert float(got[i]) != float(x[i])  # refined, not left as it came
+
+
+def test_group_rounding_declines_what_it_cannot_take(
+    monkeypatch: pytest.MonkeyPatch, each_calls: list[int]
+) -> None:
+    """Declined: False, nothing written, nothing drawn (the generator's state is unchanged)."""
+    r = Rounder(an.E4M3FN, "sr", seed=5)
+    state = r.generator(torch.device("cpu")).get_state()
+    a = torch.randn(4, 6)
+    cases = {
+        "not contiguous": [torch.randn(3), a.t()],
+        "mixed dtypes": [torch.randn(3), torch.randn(3, dtype=torch.float64)],
+        "a tensor subclass": [torch.randn(3), torch.randn(3).as_subclass(_Sub)],
+        "another device": [torch.randn(3, device="meta"), torch.randn(3)],
+    }
+    for what, xs in cases.items():
+        saved = [x.clone() for x in xs]
+        assert round_each_native(xs, r) is False, what
+        for x, y in zip(xs, saved):
+            if x.device.type == "cpu":
+                assert torch.equal(x, y), what
+        assert torch.equal(r.generator(torch.device("cpu")).get_state(), state), what
+    assert all(v == -1 for v in each_calls)  # the op itself declined the first two
+    assert round_each_native([torch.randn(3)], _Doubling(an.E4M3FN)) is False  # a subclass rounds its own way
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")
+    assert round_each_native([torch.randn(3)], r) is False  # the C kernels are off
+
+
+def test_an_empty_group_draws_nothing(each_calls: list[int]) -> None:
+    r = Rounder(an.BF16, "sr", seed=6)
+    state = r.generator(torch.device("cpu")).get_state()
+    assert round_each_native([torch.empty(0), torch.empty(0, 3)], r)
+    assert torch.equal(r.generator(torch.device("cpu")).get_state(), state)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "sr"])
+def test_optimizer_steps_are_the_same_on_either_path(monkeypatch: pytest.MonkeyPatch, rounding: str,
+                                                     each_calls: list[int]) -> None:
+    """Twenty QuantizedOptimizer steps (gradients, momentum, weights; fp32 and fp64 parameters in
+    one group) with the native group rounding and with the Python path: the same weights."""
+
+    def train(native_group: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 2))
+        model[2].double()
+        opt = an.optim.QuantizedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), weight="e4m3fn",
+            grad=("bf16", rounding), momentum=("bf16", rounding), seed=2,
+        )
+        x, target = torch.randn(16, 6), torch.randn(16, 2, dtype=torch.float64)
+        with pytest.MonkeyPatch.context() as m:
+            if not native_group:
+                m.setattr(optimizer_module, "round_each_native", lambda *args: False)
+                m.setattr(rounder_module, "each_op", lambda: None)
+            for _ in range(20):
+                opt.zero_grad()
+                nn.functional.mse_loss(model[2](model[1](model[0](x)).double()), target).backward()
+                opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    native = train(True)
+    ran = list(each_calls)
+    python = train(False)
+    assert ran.count(-1) == 60 and len(ran) > 60  # mixed dtypes: declined, then each dtype on its own
+    assert len(each_calls) == len(ran)  # the Python run did not reach the op
+    for a, b in zip(native, python):
+        assert torch.equal(a, b)
+
+
+def test_without_a_cxx_compiler_the_optimizer_rounds_in_python(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import torch, anynum as an
+        from anynum.kernels.clib import library
+        from anynum.kernels import pairop
+        from anynum.quantize.rounder import Rounder, round_each_native
+        library()
+        print("BUILT" if pairop.build_now() else "NOT-BUILT")
+        a, b = torch.tensor([0.3]), torch.tensor([1000.0, 2.0])
+        print(round_each_native([a, b], Rounder(an.E4M3FN)))
+        Rounder(an.E4M3FN).round_each_into([a, b])
+        print(a.tolist(), b.tolist())
+        """
+    )
+    env = {**os.environ, "ANYNUM_COMPILE": "auto", "CXX": str(tmp_path / "no-such-c++")}
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env, capture_output=True,
+                            text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:3] == ["NOT-BUILT", "False", "[0.3125] [448.0, 2.0]"], result.stdout

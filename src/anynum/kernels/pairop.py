@@ -45,7 +45,7 @@ from anynum.kernels.nativelib import NativeSource, building, load, load_soon
 from anynum.kernels.route import Call, Plan
 from anynum.rounding import CounterRandom
 
-__all__ = ["SOURCE", "build_now", "pair_op", "side"]
+__all__ = ["SOURCE", "build_now", "each_op", "pair_op", "side"]
 
 _TORCH = Path(torch.__file__).parent
 
@@ -104,12 +104,12 @@ def side(plan: Plan) -> list[int] | None:
     return [params.address, token, int(plan.call.random is not None)]
 
 
-_LOADED: list[Any] = []  # the op once loaded, or None once it is known not to load
+_LOADED: list[Any] = []  # the ops once loaded (round_pair, round_each), or None once they cannot load
 
 
-def pair_op() -> Any:
-    """``torch.ops.anynum_native.round_pair`` once it and the C library are loaded, else None (at
-    once: a first build runs in the background meanwhile)."""
+def _ops() -> tuple[Any, Any] | None:
+    """The node's ops once they and the C library are loaded, else None (at once: a first build
+    runs in the background meanwhile)."""
     if _LOADED:
         return _LOADED[0]
     lib = library_soon()
@@ -125,15 +125,32 @@ def pair_op() -> Any:
     return _LOADED[0]
 
 
-def _connected(lib: ctypes.CDLL) -> Any:
-    """The op, after handing it the library's entry points and the refine callback (once: `pair_op`)."""
+def pair_op() -> Any:
+    """``torch.ops.anynum_native.round_pair`` once it and the C library are loaded, else None."""
+    ops = _ops()
+    return None if ops is None else ops[0]
+
+
+def each_op() -> Any:
+    """``torch.ops.anynum_native.round_each`` once it and the C library are loaded, else None:
+    ``round_each(tensors, side, generator)`` rounds contiguous CPU tensors of one dtype in place
+    as their concatenation (as `anynum.kernels.ckernel.native_round_each`) and returns the
+    count of undecided elements it refined, or -1, with nothing written and nothing drawn, for
+    any other list."""
+    ops = _ops()
+    return None if ops is None else ops[1]
+
+
+def _connected(lib: ctypes.CDLL) -> tuple[Any, Any]:
+    """The ops, after handing them the library's entry points and the refine callback (once: `_ops`)."""
     ops = torch.ops.anynum_native
     ops.set_entry_points(
         ctypes.cast(lib.anynum_round, ctypes.c_void_p).value,
+        ctypes.cast(lib.anynum_round_each, ctypes.c_void_p).value,
         ctypes.cast(lib.anynum_stream_base, ctypes.c_void_p).value,
         ctypes.cast(_refine, ctypes.c_void_p).value,
     )
-    return ops.round_pair
+    return ops.round_pair, ops.round_each
 
 
 def build_now() -> bool:

@@ -20,6 +20,7 @@ from anynum.nn.checks import check_flag, check_seed
 from anynum.nn.quantizer import NumberLike, Rounder, resolve_number
 from anynum.nn.streams import load_stream_state, stream_state
 from anynum.optim.scaling import LossScale, make_loss_scale
+from anynum.quantize.rounder import round_each_native
 from anynum.rounding import RoundingLike
 
 __all__ = ["MOMENTUM_STATES", "SECOND_MOMENT_STATES", "QuantizedOptimizer"]
@@ -57,6 +58,8 @@ def round_in_place(
     `observe`, when given, sees each group's tensors and their rounded values just before
     the write-back (no extra copy or rounding: what it sees is what is stored).
     """
+    if observe is None and tensors and round_each_native(tensors, rounder):
+        return  # one group, rounded where it lies
     groups = _by_dtype_and_device(tensors)
     for ts in groups:
         dtype, device = ts[0].dtype, ts[0].device

@@ -20,7 +20,7 @@ from anynum.formats.base import Format
 from anynum.formats.block import Block
 from anynum.formats.registry import format as lookup_format
 from anynum.kernels.customop import register_stream
-from anynum.kernels.pairop import pair_op, side
+from anynum.kernels.pairop import each_op, pair_op, side
 from anynum.kernels.route import Plan, plan_for
 from anynum.kernels.settings import compile_mode
 from anynum.quantize.checks import TORCH_FLOATS, check_overflow_fits, check_rand_bits, check_representable
@@ -33,7 +33,7 @@ from anynum.rounding import (
     parse_rounding,
 )
 
-__all__ = ["Rounder", "round_pair"]
+__all__ = ["Rounder", "round_each_native", "round_pair"]
 
 #: Tensor attribute holding the `_grid_tag` of the last `Rounder.mark_on_grid`.
 _ON_GRID_ATTR = "_anynum_on_grid"
@@ -219,7 +219,7 @@ class Rounder:
         >>> Rounder(an.E4M3FN).round_each_into([a, b]); a.tolist(), b.tolist()
         ([0.3125], [448.0, 2.0])
         """
-        if not tensors:
+        if not tensors or round_each_native(tensors, self):
             return
         x0 = tensors[0]
         dtype, where = x0.dtype, x0.get_device()  # (get_device: an int, cheaper than .device)
@@ -363,6 +363,42 @@ def round_pair(x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> tor
     generator = bwd.generator(x.device) if bwd is not None and bwd._stochastic else None
     y: torch.Tensor = op(x, fwd_side, bwd_side, seed, generator)
     return y
+
+
+#: What the native group rounding takes as it is (Parameters: the optimizer's weights).
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def round_each_native(tensors: list[torch.Tensor], rounder: Rounder) -> bool:
+    """Round `tensors` in place as `Rounder.round_each_into` rounds them, in one native call whose
+    checks run in C++ (`anynum.kernels.pairop.each_op`); False, with nothing written and nothing
+    drawn, where that call cannot take them (not all contiguous plain CPU tensors of one dtype,
+    the C library not first for `rounder`, the node not built, torch.compile tracing).
+
+    An optimizer's group of small tensors costs more in per-tensor Python checks than in
+    rounding; this is the path without them. NaN/inf as `Rounder.__call__`.
+
+    >>> import torch, anynum as an
+    >>> a, b = torch.tensor([0.3]), torch.tensor([1000.0, 2.0])
+    >>> done = round_each_native([a, b], Rounder(an.E4M3FN))
+    >>> done is False or (a.tolist(), b.tolist())
+    ([0.3125], [448.0, 2.0])
+    """
+    x0 = tensors[0]
+    if not x0.is_cpu or torch.compiler.is_compiling():
+        return False
+    group_side = _side(rounder, x0.dtype)
+    if not group_side:  # None: not the C library's call; []: no rounder
+        return False
+    op = each_op()
+    if op is None:
+        return False
+    for t in tensors:
+        if type(t) not in _PLAIN_TENSORS:  # a subclass may dispatch this op its own way
+            return False
+    generator = rounder.generator(x0.device) if rounder._stochastic else None
+    undecided: int = op(tensors, group_side, generator)
+    return undecided >= 0
 
 
 class _StreamOf:
