@@ -9,6 +9,7 @@ them can pass by comparing the Python path with itself.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import subprocess
@@ -481,3 +482,21 @@ def test_without_a_cxx_compiler_the_optimizer_rounds_in_python(tmp_path: Path) -
                             text=True, timeout=240)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:3] == ["NOT-BUILT", "False", "[0.3125] [448.0, 2.0]"], result.stdout
+
+
+@pytest.mark.parametrize("mode", ["nearest", "sr"])
+def test_a_tensor_without_gradient_is_rounded_by_the_node(monkeypatch: pytest.MonkeyPatch, mode: str,
+                                                          cn) -> None:  # type: ignore[no-untyped-def]
+    """An activation point whose input takes no part in autograd (a model's first input, inference)
+    rounds through the node's forward alone, with the bits and stream of `Rounder.__call__`."""
+    calls: list[bool] = []
+    op = pairop.pair_op()
+    monkeypatch.setattr(rounder_module, "pair_op", lambda: lambda *a: calls.append(True) or op(*a))
+    r, twin = Rounder(an.E4M3FN, mode, seed=8), Rounder(an.E4M3FN, mode, seed=8)
+    for call in range(3):
+        x = _values(5000, torch.float32, call).reshape(50, 100).t()  # strided: its strides kept
+        with torch.no_grad() if call == 2 else contextlib.nullcontext():
+            y = quantizer_module.apply_pair(x, r, r)
+        want = twin(x)
+        assert len(calls) == call + 1 and y.grad_fn is None and y.stride() == want.stride()
+        cn.assert_same(y, want, x, (mode, call))

@@ -70,12 +70,17 @@ def apply_pair(x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> tor
     """Round `x` with `fwd` and, if `x` takes part in autograd, its gradient with `bwd`.
 
     On CPU the pair is one native autograd node where it can be (`round_pair`), else the
-    Python Function `_QuantizeFn`: the same bits and the same random streams either way.
+    Python Function `_QuantizeFn`: the same bits and the same random streams either way. A
+    tensor outside autograd (a model's first input, inference) is rounded by the node's
+    forward alone where it can be, else by `fwd` itself.
     """
     if x.requires_grad and torch.is_grad_enabled() and (fwd is not None or bwd is not None):
         y = round_pair(x, fwd, bwd)
         return y if y is not None else _QuantizeFn.apply(x, fwd, bwd)
-    return x if fwd is None else fwd(x)
+    if fwd is None:
+        return x
+    y = round_pair(x, fwd, None)  # (no gradient to round: the node's forward alone, no graph)
+    return y if y is not None else fwd(x)
 
 
 def round_weight(w: torch.Tensor, rounder: Rounder | None) -> torch.Tensor:
