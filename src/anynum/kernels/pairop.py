@@ -136,7 +136,12 @@ def each_op() -> Any:
     ``round_each(tensors, side, generator)`` rounds contiguous CPU tensors of one dtype in place
     as their concatenation (as `anynum.kernels.ckernel.native_round_each`) and returns the
     count of undecided elements it refined, or -1, with nothing written and nothing drawn, for
-    any other list."""
+    any other list.
+
+    >>> op = each_op()
+    >>> op is None or callable(op)
+    True
+    """
     ops = _ops()
     return None if ops is None else ops[1]
 

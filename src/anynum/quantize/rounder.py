@@ -380,8 +380,10 @@ def round_each_native(tensors: list[torch.Tensor], rounder: Rounder) -> bool:
 
     >>> import torch, anynum as an
     >>> a, b = torch.tensor([0.3]), torch.tensor([1000.0, 2.0])
-    >>> done = round_each_native([a, b], Rounder(an.E4M3FN))
-    >>> done is False or (a.tolist(), b.tolist())
+    >>> r = Rounder(an.E4M3FN)
+    >>> if not round_each_native([a, b], r):  # declined: nothing written, the Python path then
+    ...     r.round_each_into([a, b])
+    >>> a.tolist(), b.tolist()
     ([0.3125], [448.0, 2.0])
     """
     x0 = tensors[0]
