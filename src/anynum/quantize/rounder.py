@@ -309,11 +309,13 @@ class Rounder:
         for d, s in state.items():
             device = torch.device(d)
             count = getattr(getattr(torch, device.type, None), "device_count", None)
-            if device.index is not None and count is not None and device.index >= count():
+            have = count() if device.index is not None and count is not None else None
+            if have is not None and device.index >= have:
+                here = f"{device.type}:0 to {device.type}:{have - 1}" if have else f"no {device.type} device"
                 raise AnynumError(
                     f"a random-stream state for device {device}: expected a device this machine has "
-                    f"({device.type}:0 to {device.type}:{count() - 1}), got {device}; fix: load it on "
-                    "a machine with that device, or drop the entry to start that stream afresh."
+                    f"({here}), got {device}; fix: load it on a machine with that device, or drop "
+                    "the entry to start that stream afresh."
                 )
             self.generator(device).set_state(s)
 
