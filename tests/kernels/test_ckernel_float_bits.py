@@ -72,6 +72,28 @@ def test_bits_path_equals_the_reference_at_every_boundary(
         assert torch.equal(got[zeros].signbit(), want[zeros].signbit())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("fmt", ON_BITS, ids=lambda f: f.display_name())
+def test_zeros_among_normals_stay_on_the_normal_branch(fmt: an.FloatFormat, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+    """Runs whose only inputs below the format's smallest normal are zeros of either sign (ReLU
+    outputs, sparse gradients): the loop keeps them on its normal branch, which must give each
+    zero and each normal exactly what the reference gives, in every mode and overflow policy."""
+    g = torch.Generator().manual_seed(fmt.man_bits)
+    n = 4 * 256 + 37  # whole runs of the loop and a short one
+    smallest = 2.0**fmt.emin
+    normal = smallest * 2.0 ** (torch.rand(n, generator=g, dtype=torch.float64) * (fmt.emax - fmt.emin))
+    normal = (normal * (1 + torch.rand(n, generator=g, dtype=torch.float64))).to(dtype)
+    x = torch.where(torch.rand(n, generator=g) < 0.5, -normal, normal)
+    kind = torch.randint(0, 3, (n,), generator=g)  # a third each: +0, -0, a normal
+    zero = torch.zeros((), dtype=dtype)
+    x = torch.where(kind == 0, zero, torch.where(kind == 1, -zero, x))
+    assert bool((x.abs() >= smallest).logical_or(x == 0).all())
+    for (mode, rb), overflow in itertools.product(ON_BITS_MODES, fmt.overflow_policies):
+        want = cn.reference(fmt, mode, overflow, rb, x)
+        got = cn.native(fmt, mode, overflow, rb, x)
+        cn.assert_same(got, want, x, (fmt.display_name(), mode.name, rb, overflow, dtype))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_bits_path_on_half_inputs_every_pattern(dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
     x = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16).view(dtype)

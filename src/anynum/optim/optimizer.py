@@ -264,16 +264,16 @@ class QuantizedOptimizer:
             f"(or state={{{name!r}: None}} to keep it in full precision)."
         )
 
-    def _state_tensors(self) -> Iterator[tuple[int, str, torch.Tensor]]:
+    def _state_tensors(self) -> list[tuple[int, str, torch.Tensor]]:
         """(parameter index, state name, tensor) of every floating state tensor but counters."""
-        state = self.optimizer.state
-        for i, p in enumerate(self._params()):
-            entry = state.get(p)
-            if not entry:
-                continue
-            for key, value in entry.items():
-                if isinstance(value, torch.Tensor) and key not in _COUNTERS and value.is_floating_point():
-                    yield i, key, value
+        state = self.optimizer.state  # (a list by comprehension: this runs every step)
+        return [
+            (i, key, value)
+            for i, p in enumerate(self._params())
+            if (entry := state.get(p))
+            for key, value in entry.items()
+            if isinstance(value, torch.Tensor) and key not in _COUNTERS and value.is_floating_point()
+        ]
 
     # --- the step -------------------------------------------------------------------------
     @torch.no_grad()
@@ -327,8 +327,8 @@ class QuantizedOptimizer:
                 p.copy_(m)
         if self.weight is not None:
             self._round(params, self.weight, "weight")
-            for p in params:  # so that the model's own weight rounding can skip them (round_weight)
-                self.weight.mark_on_grid(p)
+            # so that the model's own weight rounding skips them (round_weight)
+            self.weight.mark_on_grid(*params)
         self.loss_scale.update(False)
         return loss
 

@@ -248,14 +248,15 @@ class Rounder:
     # written needs no second rounding until it changes. "Changes" is read from the tensor's
     # version counter, the one autograd uses to detect in-place modification; like autograd it
     # cannot see writes through ``.data``.
-    def mark_on_grid(self, t: torch.Tensor) -> None:
-        """Record that `t`, as it is now, holds only values this rounder can produce.
+    def mark_on_grid(self, *tensors: torch.Tensor) -> None:
+        """Record that each tensor, as it is now, holds only values this rounder can produce.
 
-        Call it right after writing this rounder's result into `t`. Only elementwise
+        Call it right after writing this rounder's result into them. Only elementwise
         formats are recorded (re-rounding a block format can pick another scale).
         """
         if not isinstance(self.fmt, Block):
-            setattr(t, _ON_GRID_ATTR, _grid_tag(t, self))
+            for t in tensors:
+                setattr(t, _ON_GRID_ATTR, _grid_tag(t, self))
 
     def is_identity_on(self, t: torch.Tensor) -> bool:
         """Whether rounding `t` now would return it unchanged because it is marked on this grid.
@@ -271,7 +272,7 @@ class Rounder:
         False
         """
         tag = getattr(t, _ON_GRID_ATTR, None)
-        return tag is not None and not self.mode.is_stochastic and tag == _grid_tag(t, self)
+        return tag is not None and not self._stochastic and tag == _grid_tag(t, self)
 
     def on_grid(self, x: torch.Tensor) -> torch.Tensor:
         """Boolean mask: True where `x` is a value of the format (NaN counts if the format has NaN)."""

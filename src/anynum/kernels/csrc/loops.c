@@ -43,8 +43,12 @@
     ELEM_LOOP(positfast_##M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                        \
               SFX(positfast_round)(x, &k, M, 1, base, index, rbits, two_r, &u, 0))
 
-/* float_bits by runs: a run with no input below the format's smallest normal (the common case)
-   skips the subnormal branch; others take both branches and hand back undecided elements */
+/* float_bits by runs: a run with no nonzero input below the format's smallest normal (the common
+   case) skips the subnormal branch; others take both branches and hand back undecided elements.
+   A zero keeps its run on the normal branch, which rounds it to itself in every mode: zeros are
+   common (ReLU outputs, the gradients of dead units), and counting them as tiny sent a third of a
+   gradient's runs down the slow branch (bf16 rounding of 4k elements with a third zeros took
+   1.9x as long as of 4k without) */
 #define BITS_RUN 256
 #define BITS_LOOP(M)                                                                                 \
     static void SFX(float_bits_##M)(const void *xv, void *yv, int64_t n, const any_call *c,          \
@@ -61,7 +65,7 @@
             const W *xr = xs + i0;                                                                   \
             W *yr = ys + i0;                                                                         \
             int tiny = 0;                                                                            \
-            for (int64_t i = 0; i < m; i++) tiny |= FABSW(xr[i]) < k.smallest_normal;                \
+            for (int64_t i = 0; i < m; i++) tiny |= (FABSW(xr[i]) < k.smallest_normal) & (xr[i] != 0); \
             uint64_t index = at->idx0 + (uint64_t)i0 * step;                                        \
             if (!tiny) {                                                                             \
                 for (int64_t i = 0; i < m; i++) {                                                    \
