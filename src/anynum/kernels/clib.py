@@ -115,6 +115,10 @@ def _typed(lib: ctypes.CDLL | None) -> ctypes.CDLL | None:
     lib.anynum_block_quotients.restype = None
     lib.anynum_stream_base.argtypes = [u64, u64]
     lib.anynum_stream_base.restype = u64
+    lib.anynum_set_runner.argtypes = [vp]
+    lib.anynum_set_runner.restype = None
+    lib.anynum_runner.argtypes = []
+    lib.anynum_runner.restype = vp
     lib.anynum_pool_workers.argtypes = []
     lib.anynum_pool_workers.restype = i32
     lib.anynum_call_size.argtypes = []

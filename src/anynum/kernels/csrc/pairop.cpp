@@ -10,6 +10,8 @@
  * generator as anynum.rounding._seed_from draws it (the same torch op), at the time the Python
  * autograd Function would: the streams stay the same whichever path runs.
  *
+ * runner hands the C library torch's own threads (run_parts) for the parts of its jobs.
+ *
  * round_each is the optimizer's group rounding (anynum_round_each: the tensors rounded in place
  * as their concatenation) with its checks here rather than in Python, where eight tensors'
  * attributes cost more than the rounding itself.
@@ -40,6 +42,17 @@ void set_entry_points(int64_t round, int64_t round_each, int64_t base, int64_t r
     entry_base = reinterpret_cast<base_fn>(base);
     entry_refine = reinterpret_cast<refine_fn>(refine);
 }
+
+/* The C library's parts of a job on torch's own threads (anynum_set_runner, pool.c): part p of
+ * `parts`, each once, all done on return; inside a parallel region, in turn on this thread. */
+typedef void (*part_fn)(void *, int, int);
+void run_parts(part_fn task, void *ctx, int parts) {
+    at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; p++) task(ctx, static_cast<int>(p), parts);
+    });
+}
+
+int64_t runner() { return reinterpret_cast<int64_t>(&run_parts); }
 
 /* The next seed of `gen`, drawn as anynum.rounding._seed_from draws it. */
 int64_t draw_seed(const at::Generator &gen) {
@@ -150,6 +163,7 @@ int64_t round_each(at::TensorList xs, c10::IntArrayRef side, std::optional<at::G
 
 TORCH_LIBRARY(anynum_native, m) {
     m.def("set_entry_points(int round, int round_each, int base, int refine) -> ()", &set_entry_points);
+    m.def("runner() -> int", &runner);
     m.def("round_pair(Tensor x, int[] fwd, int[] bwd, int fwd_seed, Generator? bwd_generator) -> Tensor");
     m.def("round_each(Tensor(a!)[] xs, int[] side, Generator? generator) -> int", &round_each);
 }

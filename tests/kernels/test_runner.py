@@ -1,0 +1,127 @@
+"""The C library's parts on torch's own threads (pool.c's ``anynum_set_runner``, handed torch's
+``at::parallel_for`` by the node library where torch's threads spin: `pairop.torch_threads_spin`).
+
+Oracles: the eager reference for every result, on 1 and 2 threads, with the parts on torch's
+threads and on the library's own pool; and, in fresh processes, which of the two a process picks
+under each OpenMP wait policy (read from the library: the runner it holds, the workers it started).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import anynum as an
+from anynum.kernels import nativelib, pairop
+from anynum.kernels.clib import library
+from anynum.rounding import Rounding
+
+CASES = [
+    (an.E4M3FN, Rounding.NEAREST_EVEN), (an.E4M3FN, Rounding.STOCHASTIC),
+    (an.BF16, Rounding.STOCHASTIC_UNIFORM),
+    (an.FixedPoint(4, 8), Rounding.TOWARD_ZERO), (an.Posit(8, 0), Rounding.NEAREST_EVEN),
+    (an.Posit(16, 1), Rounding.STOCHASTIC), (an.Table.from_format(an.E2M1), Rounding.NEAREST_EVEN),
+    (an.MXFP8_E4M3, Rounding.NEAREST_EVEN), (an.NVFP4, Rounding.STOCHASTIC),
+]  # fmt: skip
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """torch's runner, from the built node library; the library's own choice restored afterwards."""
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")
+    if nativelib.compiler("c++") is None:
+        pytest.skip("no C++ compiler here: no node library, so the library's own pool runs every part")
+    if not pairop.build_now():
+        pytest.fail("a C++ compiler is here, but the node library did not build")
+    lib = library()
+    assert lib is not None
+    before = lib.anynum_runner()
+    yield int(torch.ops.anynum_native.runner())
+    lib.anynum_set_runner(before)
+
+
+def _values(n: int, seed: int) -> torch.Tensor:
+    """n values over 24 binades, with zeros, infinities and NaNs sprinkled in."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * 2.0 ** torch.randint(-12, 12, (n,), generator=g)
+    x[:: 997] = 0.0
+    x[1:: 1999] = float("inf")
+    x[2:: 2999] = float("nan")
+    return x
+
+
+def _id(v: object) -> str:
+    return v.display_name() if isinstance(v, an.Format) else str(getattr(v, "name", v))
+
+
+@pytest.mark.parametrize("fmt,mode", CASES, ids=_id)
+def test_parts_on_torchs_threads_are_the_reference(fmt: an.Format, mode: Rounding, runner: int, cn) -> None:  # type: ignore[no-untyped-def]
+    lib = library()
+    assert lib is not None
+    x = _values(300_000 // 64 * 64, 11).reshape(-1, 64)  # rows of whole blocks for the block formats
+    want = cn.reference(fmt, mode, fmt.default_overflow, None, x)
+    before = torch.get_num_threads()
+    try:
+        for host in (runner, None):
+            lib.anynum_set_runner(host)
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                got = cn.native(fmt, mode, fmt.default_overflow, None, x)
+                where = "torch's threads" if host else "own pool"
+                cn.assert_same(got, want, x, (fmt.display_name(), mode.name, where, threads))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_group_on_torchs_threads_is_the_reference_over_its_concatenation(runner: int, cn) -> None:  # type: ignore[no-untyped-def]
+    lib = library()
+    assert lib is not None
+    lib.anynum_set_runner(runner)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        group = [_values(n, n) for n in (70_000, 3, 140_000)]
+        want = cn.reference(an.E5M2, Rounding.NEAREST_EVEN, an.E5M2.default_overflow, None, torch.cat(group))
+        an.nn.Rounder(an.E5M2).round_each_into(group)
+        cn.assert_same(torch.cat(group), want, want, "group on torch's threads")
+    finally:
+        torch.set_num_threads(before)
+
+
+_PICK = textwrap.dedent(
+    """
+    import torch, anynum as an
+    from anynum.kernels import pairop
+    from anynum.kernels.clib import library
+    assert pairop.build_now() and pairop.pair_op() is not None  # loaded and connected
+    torch.set_num_threads(2)
+    y = an.nn.Rounder(an.E4M3FN)(torch.randn(300_000))
+    lib = library()
+    print(int(bool(lib.anynum_runner())), lib.anynum_pool_workers())
+    """
+)
+
+
+@pytest.mark.parametrize("policy", [None, "ACTIVE", "PASSIVE"])
+def test_a_process_picks_torchs_threads_where_they_spin(policy: str | None) -> None:
+    if nativelib.compiler("c++") is None:
+        pytest.skip("no C++ compiler here: no node library, so the library's own pool runs every part")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env.update(ANYNUM_COMPILE="auto", ANYNUM_COMPILE_MIN=str(1 << 30))  # the C library, not a compile
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", _PICK], env=env, capture_output=True,
+                            text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    runner_held, workers = map(int, result.stdout.split()[-2:])
+    openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
+    if policy == "PASSIVE" or not openmp:
+        assert (runner_held, workers) == (0, 1)  # the library's own pool: it started its worker
+    else:
+        assert (runner_held, workers) == (1, 0)  # torch's threads: no worker of its own
