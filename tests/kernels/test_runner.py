@@ -125,3 +125,36 @@ def test_a_process_picks_torchs_threads_where_they_spin(policy: str | None) -> N
         assert (runner_held, workers) == (0, 1)  # the library's own pool: it started its worker
     else:
         assert (runner_held, workers) == (1, 0)  # torch's threads: no worker of its own
+
+
+_FORKED = textwrap.dedent(
+    """
+    import os, torch, anynum as an
+    from anynum.kernels import pairop
+    from anynum.kernels.clib import library
+    assert pairop.build_now() and pairop.pair_op() is not None
+    torch.set_num_threads(2)
+    r, x = an.nn.Rounder(an.E4M3FN), torch.randn(300_000)
+    want = r(x)  # the parent's parts on the threads it chose
+    pid = os.fork()
+    if pid == 0:  # the child's parts: its own threads (torch's, or a pool of its own)
+        os._exit(0 if torch.equal(r(x), want) else 3)
+    _, status = os.waitpid(pid, 0)
+    print(int(bool(library().anynum_runner())), os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+@pytest.mark.parametrize("policy", [None, "PASSIVE"])
+def test_a_forked_child_rounds_on_its_own_threads(policy: str | None) -> None:
+    """After fork() the parent's threads are gone: the child's calls must neither hang nor differ."""
+    if nativelib.compiler("c++") is None or not hasattr(os, "fork"):
+        pytest.skip("needs the node library and fork()")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env.update(ANYNUM_COMPILE="auto", ANYNUM_COMPILE_MIN=str(1 << 30))
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", _FORKED], env=env, capture_output=True,
+                            text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == "0"  # the child's result was the parent's
