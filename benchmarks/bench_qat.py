@@ -25,9 +25,11 @@ native C kernels (`anynum.kernels.ckernel`, built once per machine), stochastic 
 included, from the first call, and every activation point through the native pair node; the
 warm-up steps (100 by default, their length printed) only settle allocations and caches.
 ANYNUM_COMPILE=0 measures the eager kernels instead.
-``--profile`` prints where the QAT step's time goes (cProfile of the SR step).
+``--profile`` prints where the QAT step's time goes (cProfile of the SR step); ``--parts`` the
+median time of each part of every setup's step (zero_grad, forward, backward, optimizer), timed
+apart in interleaved steps, and what each adds to fp32's.
 
-Run: python benchmarks/bench_qat.py [--reps N] [--inner K] [--warmup W] [--threads T]
+Run: python benchmarks/bench_qat.py [--reps N] [--inner K] [--warmup W] [--threads T] [--parts]
 """
 
 from __future__ import annotations
@@ -214,6 +216,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=100, help="untimed steps first (compiles happen here)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", action="store_true", help="cProfile 200 steps of the SR QAT step")
+    ap.add_argument("--parts", action="store_true",
+                    help="also: each step's zero_grad, forward, backward and optimizer step, timed apart")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     x, y = digits_batch()
@@ -240,8 +244,41 @@ def main() -> None:
         ratio, best = statistics.median(times[name]) / base, min(times[name]) / min(times["fp32"])
         paired = statistics.median(t / f for t, f in zip(times[name], times["fp32"], strict=True))
         print(f"{labels[name]:<36}{ratio:>13.2f}x{best:>12.2f}x{paired:>8.2f}x")
+    if args.parts:
+        print_parts(runs, x, y, args.reps * args.inner, labels)
     if args.profile:
         profile(runs["qat_sr"], x, y)
+
+
+PARTS = ("zero_grad", "forward", "backward", "optimizer")
+
+
+def print_parts(runs: dict[str, tuple[nn.Module, Any]], x: torch.Tensor, y: torch.Tensor, steps: int,
+                labels: dict[str, str]) -> None:
+    """The median time of each part of the step (steps interleaved), in us, and what each setup adds
+    to fp32's: where a QAT step's extra time goes."""
+    clock = time.perf_counter_ns
+    spent: dict[str, dict[str, list[int]]] = {name: {part: [] for part in PARTS} for name in runs}
+    for _ in range(steps):
+        for name, (model, opt) in runs.items():
+            with python_pair(name in PYTHON_PAIR):
+                t0 = clock()
+                opt.zero_grad()
+                t1 = clock()
+                loss = nn.functional.cross_entropy(model(x), y)
+                t2 = clock()
+                loss.backward()
+                t3 = clock()
+                opt.step()
+                t4 = clock()
+            for part, t in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                spent[name][part].append(t)
+    us = {n: {p: statistics.median(v) / 1e3 for p, v in parts.items()} for n, parts in spent.items()}
+    print(f"\nparts of the step, median us over {steps} interleaved steps (+ over fp32):")
+    print(f"{'step':<36}" + "".join(f"{p:>18}" for p in PARTS))
+    for name in runs:
+        cells = "".join(f"{us[name][p]:>9.0f} {us[name][p] - us['fp32'][p]:>+7.0f} " for p in PARTS)
+        print(f"{labels[name]:<36}{cells}")
 
 
 def profile(run: tuple[nn.Module, object], x: torch.Tensor, y: torch.Tensor, steps: int = 200) -> None:
