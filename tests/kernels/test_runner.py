@@ -158,3 +158,34 @@ def test_a_forked_child_rounds_on_its_own_threads(policy: str | None) -> None:
                             text=True, timeout=240)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == "0"  # the child's result was the parent's
+
+
+_MANY_THREADS = textwrap.dedent(
+    """
+    import sys, torch, anynum as an
+    from anynum.kernels import pairop
+    from anynum.kernels.clib import library
+    from anynum.kernels.eager import round_to_format
+    from anynum.rounding import Rounding
+    pairop.build_now() and pairop.pair_op()  # connected where the node library builds
+    lib = library()
+    torch.set_num_threads(100)  # more parts than the library keeps result slots for (64)
+    x = torch.randn(100 * 32768 + 5)
+    want = round_to_format(an.E4M3FN, x, Rounding.NEAREST_EVEN, "saturate", None, None)
+    for host in {lib.anynum_runner(), None}:  # torch's threads where they were handed in, the pool
+        lib.anynum_set_runner(host)
+        got = an.nn.Rounder(an.E4M3FN)(x)
+        print(int(torch.equal(got, want)))
+    """
+)
+
+
+def test_more_threads_than_the_library_has_slots_for() -> None:
+    """torch.set_num_threads(100) on a machine of any size: every part still fits the library's
+    64 result slots (parts were capped only where its own pool started threads, and a 100-part
+    call wrote past them), and every element is rounded."""
+    env = dict(os.environ, ANYNUM_COMPILE="auto", ANYNUM_COMPILE_MIN=str(1 << 30))
+    command = [sys.executable, "-W", "ignore", "-c", _MANY_THREADS]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert set(result.stdout.split()) == {"1"}, result.stdout

@@ -180,9 +180,11 @@ ANY_INLINE void pool_range(int64_t n, int part, int parts, int64_t *begin, int64
     *end = e < n ? e : n;
 }
 
-/* Parts for n elements: at most `threads`, each of at least `grain` elements. */
+/* Parts for n elements: at most `threads` and POOL_MAX (the callers keep a slot of results per
+ * part), each of at least `grain` elements. */
 ANY_INLINE int pool_parts(int64_t n, int64_t grain, int threads) {
     int64_t parts = grain > 0 ? n / grain : n;
     if (parts > threads) parts = threads;
+    if (parts > POOL_MAX) parts = POOL_MAX;
     return parts < 1 ? 1 : (int)parts;
 }
