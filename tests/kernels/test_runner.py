@@ -94,6 +94,19 @@ def test_a_group_on_torchs_threads_is_the_reference_over_its_concatenation(runne
         torch.set_num_threads(before)
 
 
+def _fresh_process(code: str, policy: str | None = None) -> list[str]:
+    """What `code` prints in a fresh Python, on the C library (no compile), under OpenMP wait
+    policy `policy` (None: unset, OpenMP's default)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env.update(ANYNUM_COMPILE="auto", ANYNUM_COMPILE_MIN=str(1 << 30))  # the C library, not a compile
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    command = [sys.executable, "-W", "ignore", "-c", code]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
 _PICK = textwrap.dedent(
     """
     import torch, anynum as an
@@ -112,14 +125,7 @@ _PICK = textwrap.dedent(
 def test_a_process_picks_torchs_threads_where_they_spin(policy: str | None) -> None:
     if nativelib.compiler("c++") is None:
         pytest.skip("no C++ compiler here: no node library, so the library's own pool runs every part")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    env.update(ANYNUM_COMPILE="auto", ANYNUM_COMPILE_MIN=str(1 << 30))  # the C library, not a compile
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", _PICK], env=env, capture_output=True,
-                            text=True, timeout=240)
-    assert result.returncode == 0, result.stderr
-    runner_held, workers = map(int, result.stdout.split()[-2:])
+    runner_held, workers = map(int, _fresh_process(_PICK, policy)[-2:])
     openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
     if policy == "PASSIVE" or not openmp:
         assert (runner_held, workers) == (0, 1)  # the library's own pool: it started its worker
@@ -150,14 +156,7 @@ def test_a_forked_child_rounds_on_its_own_threads(policy: str | None) -> None:
     """After fork() the parent's threads are gone: the child's calls must neither hang nor differ."""
     if nativelib.compiler("c++") is None or not hasattr(os, "fork"):
         pytest.skip("needs the node library and fork()")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    env.update(ANYNUM_COMPILE="auto", ANYNUM_COMPILE_MIN=str(1 << 30))
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", _FORKED], env=env, capture_output=True,
-                            text=True, timeout=240)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split()[-1] == "0"  # the child's result was the parent's
+    assert _fresh_process(_FORKED, policy)[-1] == "0"  # the child's result was the parent's
 
 
 _MANY_THREADS = textwrap.dedent(
@@ -184,8 +183,5 @@ def test_more_threads_than_the_library_has_slots_for() -> None:
     """torch.set_num_threads(100) on a machine of any size: every part still fits the library's
     64 result slots (parts were capped only where its own pool started threads, and a 100-part
     call wrote past them), and every element is rounded."""
-    env = dict(os.environ, ANYNUM_COMPILE="auto", ANYNUM_COMPILE_MIN=str(1 << 30))
-    command = [sys.executable, "-W", "ignore", "-c", _MANY_THREADS]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    assert result.returncode == 0, result.stderr
-    assert set(result.stdout.split()) == {"1"}, result.stdout
+    printed = _fresh_process(_MANY_THREADS)
+    assert set(printed) == {"1"}, printed

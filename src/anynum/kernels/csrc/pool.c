@@ -124,11 +124,9 @@ static int pool_ensure(int parts) {
 static pthread_mutex_t pool_job_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* The host's own thread pool, once handed in (anynum_set_runner; NULL hands back to this one): it
- * runs parts 0 .. parts-1 of a job and returns when all are done. torch's OpenMP threads spin
- * between its parallel regions under OpenMP's default wait policy, and a second pool's worker
- * then competes with them for the cores: a QAT step on 2 cores measured 1.31x the fp32 step with
- * this pool and 1.27x on torch's threads (with OMP_WAIT_POLICY=PASSIVE, 1.23x and 1.25x: there
- * torch's threads sleep, and this pool, which spins between close jobs, stays). */
+ * runs parts 0 .. parts-1 of a job and returns when all are done. Handed in where torch's OpenMP
+ * threads spin between its regions, which a worker of this pool would compete with for the
+ * cores (anynum.kernels.pairop.torch_threads_spin has the rule and its measurements). */
 typedef void (*pool_runner)(pool_task task, void *ctx, int parts);
 static pool_runner pool_host = 0;
 
