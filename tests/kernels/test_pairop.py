@@ -24,6 +24,7 @@ from torch import nn
 import anynum as an
 from anynum.errors import RepresentabilityError
 from anynum.kernels import nativelib, pairop
+from anynum.nn.quantizer import PairPoint
 from anynum.quantize.rounder import Rounder, round_each_native, round_pair
 from anynum.rounding import Rounding
 
@@ -281,12 +282,21 @@ def test_training_is_the_same_on_either_path(monkeypatch: pytest.MonkeyPatch, ro
         assert torch.equal(a, b)
 
 
-def test_the_node_runs_inside_a_converted_model() -> None:
+def test_the_node_runs_inside_a_converted_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What torch's Linear computes with, inside the converted layer's forward, came from the
+    node: twice, as the second call takes the plan the first made (`PairPoint`)."""
     model = an.nn.convert(_Net(), an.nn.Policy(activation="e4m3fn", error="e5m2"))
     seen: list[bool] = []
-    model.fc.register_forward_pre_hook(lambda m, args: seen.append(_ran_native(args[0])))
-    model(torch.randn(2, 3, 8, 8, requires_grad=True)).sum().backward()
-    assert seen == [True]
+    linear_forward = nn.Linear.forward
+
+    def recording(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        seen.append(_ran_native(x))
+        return linear_forward(self, x)
+
+    monkeypatch.setattr(nn.Linear, "forward", recording)
+    for _ in range(2):
+        model(torch.randn(2, 3, 8, 8, requires_grad=True)).sum().backward()
+    assert seen == [True, True]
 
 
 def test_without_a_cxx_compiler_the_python_function_runs(tmp_path: Path) -> None:
@@ -500,3 +510,69 @@ def test_a_tensor_without_gradient_is_rounded_by_the_node(monkeypatch: pytest.Mo
         want = twin(x)
         assert len(calls) == call + 1 and y.grad_fn is None and y.stride() == want.stride()
         cn.assert_same(y, want, x, (mode, call))
+
+
+DETERMINISTIC = [("nearest", None), ("rz", None), ("ro", None)]
+
+
+@pytest.mark.parametrize("mode", [m for m, _ in DETERMINISTIC])
+@pytest.mark.parametrize("fmt,dtype", COMBOS, ids=lambda v: repr(v) if isinstance(v, an.Format) else str(v))
+def test_a_planned_point_is_the_reference(fmt: an.Format, mode: str, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+    """`PairPoint` plans the node's call on its first call and takes the plan after: values and
+    gradients as the eager reference's, in and outside autograd."""
+    fwd, bwd = _pair(fmt, mode, None, 3)
+    rounding = an.rounding.parse_rounding(mode)
+    point = PairPoint(fwd, bwd)
+    for call in range(3):
+        x = _values(700, dtype, call).requires_grad_()
+        g = _values(700, dtype, 50 + call)
+        y = point.round(x)
+        assert _ran_native(y) and point._plan is not None
+        y.backward(g)
+        want_y = cn.reference(fmt, rounding, fwd.overflow, None, x.detach())
+        cn.assert_same(y.detach(), want_y, x.detach(), (fmt, mode, call, "forward"))
+        assert x.grad is not None
+        want_g = cn.reference(bwd.fmt, rounding, bwd.overflow, None, g)
+        cn.assert_same(x.grad, want_g, g, (fmt, mode, call, "backward"))
+        with torch.no_grad():
+            z = point.round(x)
+        assert z.grad_fn is None
+        cn.assert_same(z, want_y, x.detach(), (fmt, mode, call, "no_grad"))
+        z = point.round(x.detach())
+        assert z.grad_fn is None
+        cn.assert_same(z, want_y, x.detach(), (fmt, mode, call, "outside autograd"))
+
+
+def test_a_point_plans_again_for_what_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other rounders (an observer's swap), another dtype, the eager switch, and a stochastic
+    rounder: each call is the Python Function's for what the point holds then."""
+    point = PairPoint(Rounder(an.E4M3FN), Rounder(an.E5M2))
+    x = torch.tensor([0.3, 3.3, 1000.0], requires_grad=True)
+    assert point.round(x).tolist() == [0.3125, 3.25, 448.0] and point._plan is not None
+    point.fwd = Rounder(an.BF16)
+    assert point.round(x).tolist() == [0.30078125, 3.296875, 1000.0]
+    assert point.round(x.double()).dtype == torch.float64 and point._plan[2] is torch.float64
+    assert _ran_native(point.round(x)) and point._plan[2] is torch.float32
+    monkeypatch.setenv("ANYNUM_COMPILE", "0")  # the eager reference: the Python Function
+    y = point.round(x)
+    assert type(y.grad_fn).__name__ == "_QuantizeFnBackward" and y.tolist() == [0.30078125, 3.296875, 1000.0]
+    monkeypatch.setenv("ANYNUM_COMPILE", "auto")
+    point.bwd = Rounder(an.E5M2, "sr", seed=4)  # draws at each call: no plan
+    twin = Rounder(an.E5M2, "sr", seed=4)
+    y = point.round(x)
+    assert point._plan is None and _ran_native(y)
+    y.backward(torch.full((3,), 0.1))
+    x2 = x.detach().requires_grad_()
+    _python(x2, Rounder(an.BF16), twin).backward(torch.full((3,), 0.1))
+    assert torch.equal(x.grad, x2.grad)
+
+
+def test_a_copied_or_pickled_point_plans_afresh() -> None:
+    import copy
+    import pickle
+
+    point = PairPoint(Rounder(an.E4M3FN), None)
+    x = torch.tensor([0.3])
+    point.round(x)
+    for twin in (copy.deepcopy(point), pickle.loads(pickle.dumps(point))):
+        assert twin._plan is None and twin.round(x).tolist() == [0.3125] and twin._plan is not None

@@ -14,6 +14,7 @@ from torch import nn
 
 import anynum as an
 from anynum.nn.diagnose import predicted_underflow
+from anynum.nn.hooks import layer_state
 from anynum.nn.observe import Probe
 from anynum.nn.stats import Stats
 
@@ -199,7 +200,8 @@ def test_observers_change_nothing_bit_for_bit_and_are_removed():
     } <= keys
     assert opt_b.observer is None
     for module in watched.modules():
-        hooks = [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]
+        state = layer_state(module)
+        hooks = state.hooks if state is not None else ()
         assert not any(isinstance(getattr(h, a, None), Probe) for h in hooks for a in ("fwd", "bwd"))
 
 

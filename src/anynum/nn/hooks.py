@@ -2,14 +2,17 @@
 
 Weights and biases go through `torch.nn.utils.parametrize` (the stored
 Parameter object stays the same, so optimizers built earlier keep working and
-`state_dict` round-trips); activations and errors through forward
-(pre-)hooks that call the `Quantizer` autograd function; buffers through a
-forward hook. Every hook is an instance of a module-level class, so converted
-models deep-copy and their hooks can be found and removed by type.
+`state_dict` round-trips); activations and errors, and buffers after a training-mode
+forward, through the module's own ``forward``: the module's class gains a ``forward`` that
+runs the `LayerState`'s hooks around the original one (`_round_in_forward`). That keeps torch's
+module call on its fast path, which it leaves for any module with forward hooks (about 10 us a
+layer and step). The hooks are instances of module-level classes kept in the `LayerState`, so
+converted models deep-copy and pickle, and observers find the hooks there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,7 +21,7 @@ from torch.nn.modules import module as _module_hooks
 from torch.nn.utils import parametrize
 
 from anynum.nn.policy import ResolvedPolicy
-from anynum.nn.quantizer import Rounder, apply_pair, round_weight
+from anynum.nn.quantizer import PairPoint, Rounder, round_weight
 from anynum.nn.streams import register_stream_hooks
 
 __all__ = ["LayerState", "attach", "detach", "layer_state", "layer_streams"]
@@ -27,13 +30,28 @@ _STATE_ATTR = "_anynum_state"
 
 
 class LayerState:
-    """What `attach` did to a module: its resolved policy, the parameters it parametrized and
-    the handles of its random-stream checkpoint hooks."""
+    """What `attach` did to a module: its resolved policy, the parameters it parametrized, the
+    handles of its random-stream checkpoint hooks, and the hooks its forward runs: `inputs`
+    before the original forward, `after` (outputs, then buffers) on its result."""
 
-    def __init__(self, policy: ResolvedPolicy, params: list[str], handles: tuple[Any, ...] = ()) -> None:
+    def __init__(
+        self,
+        policy: ResolvedPolicy,
+        params: list[str],
+        handles: tuple[Any, ...] = (),
+        inputs: InputHook | None = None,
+        after: tuple[OutputHook | BufferHook, ...] = (),
+    ) -> None:
         self.policy = policy
         self.params = params
         self.handles = handles
+        self.inputs = inputs
+        self.after = after
+
+    @property
+    def hooks(self) -> tuple[InputHook | OutputHook | BufferHook, ...]:
+        """Every hook the module's forward runs, in the order it runs them."""
+        return self.after if self.inputs is None else (self.inputs, *self.after)
 
 
 def layer_state(module: nn.Module) -> LayerState | None:
@@ -52,36 +70,31 @@ def layer_streams(module: nn.Module) -> dict[str, Rounder | None]:
     }
 
 
-def _map_tensors(value: Any, fwd: Rounder | None, bwd: Rounder | None) -> Any:
+def _map_tensors(value: Any, point: PairPoint) -> Any:
     if isinstance(value, torch.Tensor):
-        return apply_pair(value, fwd, bwd) if value.is_floating_point() else value
+        return point.round(value) if value.is_floating_point() else value
     if isinstance(value, tuple):
-        return tuple(_map_tensors(v, fwd, bwd) for v in value)
+        return tuple(_map_tensors(v, point) for v in value)
     if isinstance(value, list):
-        return [_map_tensors(v, fwd, bwd) for v in value]
+        return [_map_tensors(v, point) for v in value]
     return value
 
 
-class InputHook:
-    """Forward pre-hook: rounds every floating tensor argument (activation) and its gradient (error)."""
-
-    def __init__(self, fwd: Rounder | None, bwd: Rounder | None) -> None:
-        self.fwd, self.bwd = fwd, bwd
+class InputHook(PairPoint):
+    """Rounds every floating tensor argument (activation) and its gradient (error)."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
         if len(args) == 1 and type(args[0]) is torch.Tensor and args[0].is_floating_point():
-            return (apply_pair(args[0], self.fwd, self.bwd),)  # the common case, without the walk
-        return _map_tensors(args, self.fwd, self.bwd)
+            return (self.round(args[0]),)  # the common case, without the walk
+        result: tuple[Any, ...] = _map_tensors(args, self)
+        return result
 
 
-class OutputHook:
-    """Forward hook: rounds the floating tensors of the output and their gradients."""
-
-    def __init__(self, fwd: Rounder | None, bwd: Rounder | None) -> None:
-        self.fwd, self.bwd = fwd, bwd
+class OutputHook(PairPoint):
+    """Rounds the floating tensors of the output and their gradients."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        return _map_tensors(output, self.fwd, self.bwd)
+        return _map_tensors(output, self)
 
 
 class BufferHook:
@@ -115,7 +128,74 @@ class WeightQuantization(nn.Module):
         return repr(self.rounder)
 
 
-_HOOK_TYPES = (InputHook, OutputHook, BufferHook)
+_BASE_ATTR = "_anynum_base"
+
+
+def _round_in_forward(holder: type[nn.Module]) -> Callable[..., Any]:
+    """``holder``'s ``forward``: the original forward with the instance's `LayerState` hooks around it.
+
+    An instance without a state (after `detach`, where the class outlives it) runs the
+    original forward alone. Positional arguments are rounded, as torch's forward pre-hooks see
+    them; keyword arguments pass unchanged.
+    """
+
+    parent: Any = holder.__mro__[1]  # (its forward read at each call, as super() would)
+
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        state = self.__dict__.get(_STATE_ATTR)
+        if state is None:
+            return parent.forward(self, *args, **kwargs)
+        inputs = state.inputs
+        if inputs is not None:
+            args = inputs(self, args)
+        out = parent.forward(self, *args, **kwargs)
+        for hook in state.after:
+            result = hook(self, args, out)
+            if result is not None:
+                out = result
+        return out
+
+    return forward
+
+
+_FORWARD_CODE = _round_in_forward(nn.Module).__code__
+
+
+def _reswap(base: type[nn.Module]) -> nn.Module:
+    """An empty instance of a fresh rounding subclass of `base` (what unpickling one rebuilds)."""
+    module: nn.Module = base.__new__(base)
+    module.__class__ = _rounding_subclass(base)
+    return module
+
+
+def _rounding_subclass(base: type[nn.Module]) -> type[nn.Module]:
+    """A subclass of `base` whose forward rounds, named as `base` (so the model's repr reads the
+    same) and pickled as `base` plus the swap."""
+
+    def reduce(self: nn.Module, protocol: Any) -> tuple[Any, ...]:
+        return _reswap, (base,), dict(self.__dict__)
+
+    sub: type[nn.Module] = type(base.__name__, (base,), {_BASE_ATTR: base, "__reduce_ex__": reduce})
+    sub.__qualname__ = base.__qualname__
+    sub.forward = _round_in_forward(sub)  # type: ignore[method-assign]
+    return sub
+
+
+def _round_in_class(module: nn.Module) -> None:
+    """Give `module` a class whose forward runs its hooks.
+
+    A parametrized module already has a class of its own (torch made it for this instance, and
+    removes it with the last parametrization): the forward goes there, as `_fast_access`'s
+    weight getters do. Any other module gets a subclass made for it alone, undone by `detach`.
+    """
+    cls = type(module)
+    own = cls.__dict__.get("forward")
+    if getattr(own, "__code__", None) is _FORWARD_CODE:
+        return  # a class this module shares with its deep copies, already ours
+    if parametrize.is_parametrized(module) and own is None:
+        cls.forward = _round_in_forward(cls)  # type: ignore[method-assign]
+    else:
+        module.__class__ = _rounding_subclass(cls)
 
 
 def _fast_access(module: nn.Module, name: str) -> None:
@@ -175,18 +255,20 @@ def attach(module: nn.Module, policy: ResolvedPolicy, *, params: bool = True) ->
             rounder = policy.for_param(name)
             if rounder is not None:
                 rounder.check_dtype(p.dtype)
-    if policy.quantizes_inputs:
-        module.register_forward_pre_hook(InputHook(policy.activation, policy.error))
+    inputs = InputHook(policy.activation, policy.error) if policy.quantizes_inputs else None
+    after: list[OutputHook | BufferHook] = []
     if policy.quantizes_outputs:
-        module.register_forward_hook(OutputHook(policy.activation, policy.error))
+        after.append(OutputHook(policy.activation, policy.error))
     if policy.buffer is not None and any(b.is_floating_point() for b in module.buffers(recurse=False)):
         for b in module.buffers(recurse=False):
             if b.is_floating_point():
                 policy.buffer.check_dtype(b.dtype)
-        module.register_forward_hook(BufferHook(policy.buffer))
+        after.append(BufferHook(policy.buffer))
     # The streams of stochastic categories travel with the module's state_dict (anynum.nn.streams).
     handles = register_stream_hooks(module, layer_streams)
-    module.__dict__[_STATE_ATTR] = LayerState(policy, done, handles)
+    module.__dict__[_STATE_ATTR] = LayerState(policy, done, handles, inputs, tuple(after))
+    if inputs is not None or after:
+        _round_in_class(module)
     return module
 
 
@@ -195,15 +277,29 @@ def detach(module: nn.Module) -> None:
     state = layer_state(module)
     if state is None:
         return
-    for hooks in (module._forward_pre_hooks, module._forward_hooks):
-        for key in [k for k, h in hooks.items() if isinstance(h, _HOOK_TYPES)]:
-            del hooks[key]
+    base = type(module).__dict__.get(_BASE_ATTR)
+    if base is not None:
+        module.__class__ = base  # (before the parametrizations go: torch restores the class under ours)
     for handle in state.handles:
         handle.remove()
+    if state.params:
+        _own_class(module)
     for name in state.params:
         if parametrize.is_parametrized(module, name):
             parametrize.remove_parametrizations(module, name, leave_parametrized=False)
     del module.__dict__[_STATE_ATTR]
+
+
+def _own_class(module: nn.Module) -> None:
+    """Give a parametrized module a copy of its class for itself alone.
+
+    torch's parametrized class is shared with the module's deep copies, and removing a
+    parametrization deletes the parameter's getter from that class: restoring a copy would
+    leave the original without its weights. On a copy of the class, only this module loses them.
+    """
+    cls = type(module)
+    own = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    module.__class__ = type(cls.__name__, cls.__bases__, own)
 
 
 def stored_parameter(module: nn.Module, name: str) -> torch.Tensor:

@@ -244,13 +244,12 @@ class Observation:
             for par in plist:
                 if isinstance(par, WeightQuantization):
                     self._set(par, "rounder", probe("bias" if "bias" in leaf else "weight", par.rounder))
-        for hooks in (module._forward_pre_hooks, module._forward_hooks):
-            for hook in list(hooks.values()):
-                if isinstance(hook, (InputHook, OutputHook)):
-                    self._set(hook, "fwd", probe("activation", hook.fwd))
-                    self._set(hook, "bwd", probe("error", hook.bwd))
-                elif isinstance(hook, BufferHook):
-                    self._set(hook, "rounder", probe("buffer", hook.rounder))
+        for hook in state.hooks:
+            if isinstance(hook, (InputHook, OutputHook)):
+                self._set(hook, "fwd", probe("activation", hook.fwd))
+                self._set(hook, "bwd", probe("error", hook.bwd))
+            elif isinstance(hook, BufferHook):
+                self._set(hook, "rounder", probe("buffer", hook.rounder))
 
     def _watch_optimizer(self, opt: Any) -> None:
         quantized = opt is not None and hasattr(opt, "observer") and hasattr(opt, "state_rounder")

@@ -33,7 +33,7 @@ from anynum.rounding import (
     parse_rounding,
 )
 
-__all__ = ["Rounder", "round_each_native", "round_pair"]
+__all__ = ["Rounder", "pair_plan", "round_each_native", "round_pair"]
 
 #: Tensor attribute holding the `_grid_tag` of the last `Rounder.mark_on_grid`.
 _ON_GRID_ATTR = "_anynum_on_grid"
@@ -366,6 +366,30 @@ def round_pair(x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> tor
     generator = bwd.generator(x.device) if bwd is not None and bwd._stochastic else None
     y: torch.Tensor = op(x, fwd_side, bwd_side, seed, generator)
     return y
+
+
+def pair_plan(fwd: Rounder | None, bwd: Rounder | None, dtype: torch.dtype) -> tuple[Any, ...] | None:
+    """``(op, fwd side, bwd side, compile mode)``: what `round_pair` calls for a plain CPU tensor
+    of `dtype`, planned once for a pair that draws no random bits (a `fwd`, neither stochastic);
+    None for any other pair, or where `round_pair` would decline.
+
+    The plan holds while the compile mode is the one it names: ``op(x, fwd side, bwd side (or []
+    outside autograd), 0, None)`` is then ``round_pair(x, fwd, bwd)`` (or ``round_pair(x, fwd,
+    None)``) for such an `x`, without its checks, which an activation point in a training step
+    pays for at every call.
+
+    >>> import torch, anynum as an
+    >>> plan = pair_plan(Rounder(an.E4M3FN), Rounder(an.E5M2), torch.float32)
+    >>> plan is None or plan[0](torch.tensor([0.3]), plan[1], [], 0, None).tolist() == [0.3125]
+    True
+    """
+    if fwd is None or torch.compiler.is_compiling():
+        return None
+    fwd_side, bwd_side = _side(fwd, dtype), _side(bwd, dtype)  # (None for what is not a Rounder)
+    if fwd_side is None or bwd_side is None or fwd._stochastic or (bwd is not None and bwd._stochastic):
+        return None
+    op = pair_op()
+    return None if op is None else (op, fwd_side, bwd_side, compile_mode())
 
 
 #: What the native group rounding takes as it is (Parameters: the optimizer's weights).
