@@ -19,6 +19,11 @@ optimizer category and kernel pass runs as in the QAT rows. The QAT rows sit tha
 fp32 before any value changes. "QAT hooks, Python clones" replaces every rounding by a Python
 clone (`CloneRounder`), so the activation points go through the Python autograd Function
 instead of the native node (`anynum.kernels.pairop`): the floor as it was before that node.
+The rows "torch casts" and "anynum" with "A/E bf16" round only activations and errors, to
+bfloat16, at the same six points, with torch's SGD: once by torch's own casts written into the
+model (``x.to(torch.bfloat16).float()``, whose backward casts the gradient the same way), once
+by `anynum.nn.convert`. They compute the same numbers (checked after the warm-up); the first is
+what rounding at these points costs when torch's native casts do it.
 
 It measures the steady state of a training run. On CPU every rounding goes through the
 native C kernels (`anynum.kernels.ckernel`, built once per machine), stochastic rounding
@@ -64,6 +69,18 @@ class CNN(nn.Module):
         x = self.pool1(torch.relu(self.conv1(x.view(-1, 1, 8, 8))))
         x = self.pool2(torch.relu(self.conv2(x)))
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+class CastCNN(CNN):
+    """The same CNN with torch's own bfloat16 round trip at the inputs of the same six layers."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def q(t: torch.Tensor) -> torch.Tensor:
+            return t.to(torch.bfloat16).float()
+
+        x = self.pool1(q(torch.relu(self.conv1(q(x.view(-1, 1, 8, 8))))))
+        x = self.pool2(q(torch.relu(self.conv2(q(x)))))
+        return self.fc2(q(torch.relu(self.fc1(q(x.flatten(1))))))
 
 
 class QPyTorchCNN(CNN):
@@ -154,6 +171,12 @@ def setups() -> dict[str, tuple[nn.Module, object]]:
             torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), weight=same, grad=same, momentum=same
         )
         out[name] = (m, opt)
+    torch.manual_seed(0)
+    m = CastCNN()
+    out["casts"] = (m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
+    torch.manual_seed(0)
+    m = an.nn.convert(CNN(), an.nn.Policy(activation="bf16", error="bf16"))
+    out["ae_bf16"] = (m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
     peer = qpytorch_setup()
     if peer is not None:
         out["qpytorch"] = peer
@@ -168,14 +191,14 @@ PYTHON_PAIR = ("qat_py", "qat_sr_py")
 @contextlib.contextmanager
 def python_pair(on: bool) -> Iterator[None]:
     """While `on`, `anynum.nn`'s activation points take the Python Function (the node declines)."""
-    names = importlib.import_module("anynum.nn.quantizer").__dict__  # what apply_pair looks up
-    saved = names["round_pair"]
+    names = importlib.import_module("anynum.nn.quantizer").__dict__  # what the points look up
+    saved = names["round_pair"], names["pair_plan"]
     if on:
-        names["round_pair"] = lambda *args: None
+        names["round_pair"] = names["pair_plan"] = lambda *args: None
     try:
         yield
     finally:
-        names["round_pair"] = saved
+        names["round_pair"], names["pair_plan"] = saved
 
 
 def step(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -225,6 +248,9 @@ def main() -> None:
     t0 = time.perf_counter()
     run_steps(runs, x, y, args.warmup, 1)
     warmup_s = time.perf_counter() - t0
+    casts, ours = runs["casts"][0].parameters(), runs["ae_bf16"][0].parameters()
+    if not all(torch.equal(a, b) for a, b in zip(casts, ours, strict=True)):
+        raise SystemExit("torch's casts and anynum's A/E bf16 rows trained to different weights: a bug")
     times = run_steps(runs, x, y, args.reps, args.inner)
     base = statistics.median(times["fp32"])
     print(f"CNN on digits, batch 128, {args.threads} threads, {args.reps}x{args.inner} interleaved steps")
@@ -238,6 +264,8 @@ def main() -> None:
         "qat_sr_py": "QAT SR, Python Function",
         "floor": "QAT onto float32 (floor)",
         "clones": "QAT hooks, Python clones",
+        "casts": "torch casts A/E bf16, torch SGD",
+        "ae_bf16": "anynum A/E bf16, torch SGD",
         "qpytorch": "QPyTorch QAT nearest, same numbers",
     }
     for name in runs:

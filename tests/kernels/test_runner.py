@@ -1,17 +1,20 @@
 """The C library's parts on torch's own threads (pool.c's ``anynum_set_runner``, handed torch's
-``at::parallel_for`` by the node library where torch's threads spin: `pairop.torch_threads_spin`).
+OpenMP team by the node library where torch's threads spin: `pairop.torch_threads_spin`).
 
 Oracles: the eager reference for every result, on 1 and 2 threads, with the parts on torch's
-threads and on the library's own pool; and, in fresh processes, which of the two a process picks
-under each OpenMP wait policy (read from the library: the runner it holds, the workers it started).
+threads and on the library's own pool; the threads that ran each part (recorded by the part
+itself); and, in fresh processes, which of the two a process picks under each OpenMP wait policy
+(read from the library: the runner it holds, the workers it started).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -44,6 +47,39 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     before = lib.anynum_runner()
     yield int(torch.ops.anynum_native.runner())
     lib.anynum_set_runner(before)
+
+
+_PART = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
+_RUN_PARTS = ctypes.CFUNCTYPE(None, _PART, ctypes.c_void_p, ctypes.c_int)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 5])
+def test_torchs_threads_run_the_parts_side_by_side(runner: int, parts: int) -> None:
+    """Each part once, on as many of torch's threads as there are parts (up to its 2): the
+    runner built on ``at::parallel_for`` ran every part on the calling thread, as that header
+    template does in a file compiled without -fopenmp, and so was never parallel."""
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        assert runner == 0  # no OpenMP team to hand over: the library keeps its own pool
+        return
+    assert runner != 0
+    ran: list[tuple[int, int]] = []
+    started = threading.Barrier(min(parts, 2), timeout=10)
+
+    @_PART
+    def part(ctx: int | None, p: int, count: int) -> None:
+        assert count == parts
+        ran.append((p, threading.get_native_id()))
+        if p < 2:
+            started.wait()  # parts 0 and 1 meet: two threads at once, or a timeout
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _RUN_PARTS(runner)(part, None, parts)
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted(p for p, _ in ran) == list(range(parts))
+    assert len({tid for _, tid in ran}) == min(parts, 2)
 
 
 def _values(n: int, seed: int) -> torch.Tensor:
@@ -135,7 +171,7 @@ def test_a_process_picks_torchs_threads_where_they_spin(policy: str | None) -> N
 
 _FORKED = textwrap.dedent(
     """
-    import os, torch, anynum as an
+    import os, numpy as np, torch, anynum as an
     from anynum.kernels import pairop
     from anynum.kernels.clib import library
     assert pairop.build_now() and pairop.pair_op() is not None
@@ -143,8 +179,10 @@ _FORKED = textwrap.dedent(
     r, x = an.nn.Rounder(an.E4M3FN), torch.randn(300_000)
     want = r(x)  # the parent's parts on the threads it chose
     pid = os.fork()
-    if pid == 0:  # the child's parts: its own threads (torch's, or a pool of its own)
-        os._exit(0 if torch.equal(r(x), want) else 3)
+    if pid == 0:  # the child's parts: a pool of its own (the parent's OpenMP team is not here)
+        # Compared in numpy: torch's own parallel ops hang in a child of a parent that ran an
+        # OpenMP region (libgomp's team stays behind), which anynum's parts now do.
+        os._exit(0 if np.array_equal(r(x).numpy(), want.numpy()) else 3)
     _, status = os.waitpid(pid, 0)
     print(int(bool(library().anynum_runner())), os.waitstatus_to_exitcode(status))
     """

@@ -151,12 +151,14 @@ def torch_threads_spin() -> bool:
     """Whether torch's intra-op threads spin between its parallel regions: an OpenMP build under
     OpenMP's default wait policy (``OMP_WAIT_POLICY`` unset or ACTIVE; PASSIVE makes them sleep).
 
-    Where they do, the C library runs the parts of its calls on torch's threads (the node's
+    Where they do, the C library runs the parts of its calls on torch's OpenMP team (the node's
     ``runner``) instead of on a pool of its own, whose worker would compete with the spinning
-    ones for the cores: a QAT step on 2 cores measured 1.31x the fp32 step on the library's pool
-    and 1.27x on torch's threads. Where they sleep, the library's pool stays (it spins between
-    close calls, so a loop of calls keeps its second core awake): 1.23x against 1.25x with
-    PASSIVE. OpenMP reads the variable when it starts, and so this is read once a process.
+    ones for the cores: a QAT step on 2 cores measured 1.28-1.29x the fp32 step on the library's
+    pool and 1.21-1.24x on torch's team (stochastic rounding: 1.42-1.44x against 1.34x). Where
+    they sleep, the library's pool stays (it spins between close calls, so a loop of calls keeps
+    its second core awake): 1.24x against 1.25x with PASSIVE, and 1.32x for both with
+    stochastic rounding. OpenMP reads the variable when it starts, and so this is read once a
+    process.
 
     >>> isinstance(torch_threads_spin(), bool)
     True
@@ -176,7 +178,7 @@ def _connected(lib: ctypes.CDLL) -> tuple[Any, Any]:
         ctypes.cast(_refine, ctypes.c_void_p).value,
     )
     if torch_threads_spin():
-        lib.anynum_set_runner(ops.runner())
+        lib.anynum_set_runner(ops.runner() or None)  # (0: no OpenMP runtime to run on)
     return ops.round_pair, ops.round_each
 
 

@@ -126,16 +126,22 @@ static pthread_mutex_t pool_job_mu = PTHREAD_MUTEX_INITIALIZER;
 /* The host's own thread pool, once handed in (anynum_set_runner; NULL hands back to this one): it
  * runs parts 0 .. parts-1 of a job and returns when all are done. Handed in where torch's OpenMP
  * threads spin between its regions, which a worker of this pool would compete with for the
- * cores (anynum.kernels.pairop.torch_threads_spin has the rule and its measurements). */
+ * cores (anynum.kernels.pairop.torch_threads_spin has the rule and its measurements). Only the
+ * process that handed it in uses it: in a forked child, an OpenMP team whose threads stayed in
+ * the parent never assembles (the call hangs), and this pool starts afresh instead. */
 typedef void (*pool_runner)(pool_task task, void *ctx, int parts);
 static pool_runner pool_host = 0;
+static pid_t pool_host_pid = 0;
 
-void anynum_set_runner(void *runner) { __atomic_store_n(&pool_host, (pool_runner)runner, __ATOMIC_RELEASE); }
+void anynum_set_runner(void *runner) {
+    __atomic_store_n(&pool_host_pid, getpid(), __ATOMIC_RELAXED);
+    __atomic_store_n(&pool_host, (pool_runner)runner, __ATOMIC_RELEASE);
+}
 void *anynum_runner(void) { return (void *)__atomic_load_n(&pool_host, __ATOMIC_ACQUIRE); }
 
 static void pool_run(pool_task task, void *ctx, int parts) {
     pool_runner host = __atomic_load_n(&pool_host, __ATOMIC_ACQUIRE);
-    if (parts > 1 && host) {
+    if (parts > 1 && host && __atomic_load_n(&pool_host_pid, __ATOMIC_RELAXED) == getpid()) {
         host(task, ctx, parts);
         return;
     }
