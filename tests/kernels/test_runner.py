@@ -1,5 +1,5 @@
-"""The C library's parts on torch's own threads (pool.c's ``anynum_set_runner``, handed torch's
-OpenMP team by the node library where torch's threads spin: `pairop.torch_threads_spin`).
+"""The C library's parts on torch's own OpenMP team (pool.c's ``anynum_use_torch_team``, chosen
+where torch's threads spin: `anynum.kernels.clib.torch_threads_spin`) or on its own pool.
 
 Oracles: the eager reference for every result, on 1 and 2 threads, with the parts on torch's
 threads and on the library's own pool; the threads that ran each part (recorded by the part
@@ -21,9 +21,11 @@ import pytest
 import torch
 
 import anynum as an
-from anynum.kernels import nativelib, pairop
 from anynum.kernels.clib import library
 from anynum.rounding import Rounding
+
+#: Where torch's team can be had: a torch with OpenMP, and ELF weak references to reach it.
+TEAM_HERE = sys.platform.startswith("linux") and "backend: OpenMP" in torch.__config__.parallel_info()
 
 CASES = [
     (an.E4M3FN, Rounding.NEAREST_EVEN), (an.E4M3FN, Rounding.STOCHASTIC),
@@ -35,33 +37,30 @@ CASES = [
 
 
 @pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    """torch's runner, from the built node library; the library's own choice restored afterwards."""
+def team(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """Whether torch's team took the library's jobs when asked; the library's choice restored after."""
     monkeypatch.setenv("ANYNUM_COMPILE", "auto")
-    if nativelib.compiler("c++") is None:
-        pytest.skip("no C++ compiler here: no node library, so the library's own pool runs every part")
-    if not pairop.build_now():
-        pytest.fail("a C++ compiler is here, but the node library did not build")
     lib = library()
-    assert lib is not None
-    before = lib.anynum_runner()
-    yield int(torch.ops.anynum_native.runner())
-    lib.anynum_set_runner(before)
+    assert lib is not None, "the C library did not build (a C compiler is part of every test machine)"
+    before = lib.anynum_torch_team()
+    got = lib.anynum_use_torch_team(1)
+    assert got == int(TEAM_HERE)
+    yield got
+    lib.anynum_use_torch_team(before)
 
 
 _PART = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
-_RUN_PARTS = ctypes.CFUNCTYPE(None, _PART, ctypes.c_void_p, ctypes.c_int)
 
 
 @pytest.mark.parametrize("parts", [1, 2, 5])
-def test_torchs_threads_run_the_parts_side_by_side(runner: int, parts: int) -> None:
-    """Each part once, on as many of torch's threads as there are parts (up to its 2): the
-    runner built on ``at::parallel_for`` ran every part on the calling thread, as that header
-    template does in a file compiled without -fopenmp, and so was never parallel."""
-    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
-        assert runner == 0  # no OpenMP team to hand over: the library keeps its own pool
-        return
-    assert runner != 0
+@pytest.mark.parametrize("on_team", [1, 0], ids=["torch's team", "own pool"])
+def test_the_parts_run_side_by_side(team: int, on_team: int, parts: int) -> None:
+    """Each part once, on as many threads as there are parts (on torch's team, up to its 2), on
+    either pool. A first version of the team, on ``at::parallel_for`` in the node library, ran
+    every part on the calling thread (that header template does, compiled without -fopenmp)."""
+    lib = library()
+    assert lib is not None
+    assert lib.anynum_use_torch_team(on_team) == (on_team and team)
     ran: list[tuple[int, int]] = []
     started = threading.Barrier(min(parts, 2), timeout=10)
 
@@ -75,11 +74,13 @@ def test_torchs_threads_run_the_parts_side_by_side(runner: int, parts: int) -> N
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        _RUN_PARTS(runner)(part, None, parts)
+        lib.anynum_run_parts(ctypes.cast(part, ctypes.c_void_p), None, parts)
     finally:
         torch.set_num_threads(threads)
     assert sorted(p for p, _ in ran) == list(range(parts))
-    assert len({tid for _, tid in ran}) == min(parts, 2)
+    # torch's team is its 2 threads; the library's pool has a worker for each part it is given
+    # (its callers give it at most torch's thread count)
+    assert len({tid for _, tid in ran}) == (min(parts, 2) if on_team and team else parts)
 
 
 def _values(n: int, seed: int) -> torch.Tensor:
@@ -97,28 +98,25 @@ def _id(v: object) -> str:
 
 
 @pytest.mark.parametrize("fmt,mode", CASES, ids=_id)
-def test_parts_on_torchs_threads_are_the_reference(fmt: an.Format, mode: Rounding, runner: int, cn) -> None:  # type: ignore[no-untyped-def]
+def test_parts_on_torchs_threads_are_the_reference(fmt: an.Format, mode: Rounding, team: int, cn) -> None:  # type: ignore[no-untyped-def]
     lib = library()
     assert lib is not None
     x = _values(300_000 // 64 * 64, 11).reshape(-1, 64)  # rows of whole blocks for the block formats
     want = cn.reference(fmt, mode, fmt.default_overflow, None, x)
     before = torch.get_num_threads()
     try:
-        for host in (runner, None):
-            lib.anynum_set_runner(host)
+        for on_team in (1, 0):
+            lib.anynum_use_torch_team(on_team)
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 got = cn.native(fmt, mode, fmt.default_overflow, None, x)
-                where = "torch's threads" if host else "own pool"
+                where = "torch's team" if on_team and team else "own pool"
                 cn.assert_same(got, want, x, (fmt.display_name(), mode.name, where, threads))
     finally:
         torch.set_num_threads(before)
 
 
-def test_a_group_on_torchs_threads_is_the_reference_over_its_concatenation(runner: int, cn) -> None:  # type: ignore[no-untyped-def]
-    lib = library()
-    assert lib is not None
-    lib.anynum_set_runner(runner)
+def test_a_group_on_torchs_threads_is_the_reference_over_its_concatenation(team: int, cn) -> None:  # type: ignore[no-untyped-def]
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -146,35 +144,28 @@ def _fresh_process(code: str, policy: str | None = None) -> list[str]:
 _PICK = textwrap.dedent(
     """
     import torch, anynum as an
-    from anynum.kernels import pairop
     from anynum.kernels.clib import library
-    assert pairop.build_now() and pairop.pair_op() is not None  # loaded and connected
+    lib = library()
     torch.set_num_threads(2)
     y = an.nn.Rounder(an.E4M3FN)(torch.randn(300_000))
-    lib = library()
-    print(int(bool(lib.anynum_runner())), lib.anynum_pool_workers())
+    print(lib.anynum_torch_team(), lib.anynum_pool_workers())
     """
 )
 
 
 @pytest.mark.parametrize("policy", [None, "ACTIVE", "PASSIVE"])
 def test_a_process_picks_torchs_threads_where_they_spin(policy: str | None) -> None:
-    if nativelib.compiler("c++") is None:
-        pytest.skip("no C++ compiler here: no node library, so the library's own pool runs every part")
-    runner_held, workers = map(int, _fresh_process(_PICK, policy)[-2:])
-    openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
-    if policy == "PASSIVE" or not openmp:
-        assert (runner_held, workers) == (0, 1)  # the library's own pool: it started its worker
+    on_team, workers = map(int, _fresh_process(_PICK, policy)[-2:])
+    if policy == "PASSIVE" or not TEAM_HERE:
+        assert (on_team, workers) == (0, 1)  # the library's own pool: it started its worker
     else:
-        assert (runner_held, workers) == (1, 0)  # torch's threads: no worker of its own
+        assert (on_team, workers) == (1, 0)  # torch's team: no worker of its own
 
 
 _FORKED = textwrap.dedent(
     """
     import os, numpy as np, torch, anynum as an
-    from anynum.kernels import pairop
     from anynum.kernels.clib import library
-    assert pairop.build_now() and pairop.pair_op() is not None
     torch.set_num_threads(2)
     r, x = an.nn.Rounder(an.E4M3FN), torch.randn(300_000)
     want = r(x)  # the parent's parts on the threads it chose
@@ -184,7 +175,7 @@ _FORKED = textwrap.dedent(
         # OpenMP region (libgomp's team stays behind), which anynum's parts now do.
         os._exit(0 if np.array_equal(r(x).numpy(), want.numpy()) else 3)
     _, status = os.waitpid(pid, 0)
-    print(int(bool(library().anynum_runner())), os.waitstatus_to_exitcode(status))
+    print(library().anynum_torch_team(), os.waitstatus_to_exitcode(status))
     """
 )
 
@@ -192,25 +183,23 @@ _FORKED = textwrap.dedent(
 @pytest.mark.parametrize("policy", [None, "PASSIVE"])
 def test_a_forked_child_rounds_on_its_own_threads(policy: str | None) -> None:
     """After fork() the parent's threads are gone: the child's calls must neither hang nor differ."""
-    if nativelib.compiler("c++") is None or not hasattr(os, "fork"):
-        pytest.skip("needs the node library and fork()")
-    assert _fresh_process(_FORKED, policy)[-1] == "0"  # the child's result was the parent's
+    on_team, child = _fresh_process(_FORKED, policy)[-2:]
+    assert child == "0"  # the child's result was the parent's
+    assert on_team == str(int(TEAM_HERE and policy is None))
 
 
 _MANY_THREADS = textwrap.dedent(
     """
     import sys, torch, anynum as an
-    from anynum.kernels import pairop
     from anynum.kernels.clib import library
     from anynum.kernels.eager import round_to_format
     from anynum.rounding import Rounding
-    pairop.build_now() and pairop.pair_op()  # connected where the node library builds
     lib = library()
     torch.set_num_threads(100)  # more parts than the library keeps result slots for (64)
     x = torch.randn(100 * 32768 + 5)
     want = round_to_format(an.E4M3FN, x, Rounding.NEAREST_EVEN, "saturate", None, None)
-    for host in {lib.anynum_runner(), None}:  # torch's threads where they were handed in, the pool
-        lib.anynum_set_runner(host)
+    for on_team in (1, 0):  # torch's team where it can be had, then the library's pool
+        lib.anynum_use_torch_team(on_team)
         got = an.nn.Rounder(an.E4M3FN)(x)
         print(int(torch.equal(got, want)))
     """

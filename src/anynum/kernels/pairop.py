@@ -32,7 +32,6 @@ True
 from __future__ import annotations
 
 import ctypes
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from anynum.kernels.nativelib import NativeSource, building, load, load_soon
 from anynum.kernels.route import Call, Plan
 from anynum.rounding import CounterRandom
 
-__all__ = ["SOURCE", "build_now", "each_op", "pair_op", "side", "torch_threads_spin"]
+__all__ = ["SOURCE", "build_now", "each_op", "pair_op", "side"]
 
 _TORCH = Path(torch.__file__).parent
 
@@ -147,29 +146,8 @@ def each_op() -> Any:
     return None if ops is None else ops[1]
 
 
-def torch_threads_spin() -> bool:
-    """Whether torch's intra-op threads spin between its parallel regions: an OpenMP build under
-    OpenMP's default wait policy (``OMP_WAIT_POLICY`` unset or ACTIVE; PASSIVE makes them sleep).
-
-    Where they do, the C library runs the parts of its calls on torch's OpenMP team (the node's
-    ``runner``) instead of on a pool of its own, whose worker would compete with the spinning
-    ones for the cores: a QAT step on 2 cores measured 1.28-1.29x the fp32 step on the library's
-    pool and 1.21-1.24x on torch's team (stochastic rounding: 1.42-1.44x against 1.34x). Where
-    they sleep, the library's pool stays (it spins between close calls, so a loop of calls keeps
-    its second core awake): 1.24x against 1.25x with PASSIVE, and 1.32x for both with
-    stochastic rounding. OpenMP reads the variable when it starts, and so this is read once a
-    process.
-
-    >>> isinstance(torch_threads_spin(), bool)
-    True
-    """
-    openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
-    return openmp and os.environ.get("OMP_WAIT_POLICY", "").strip().lower() != "passive"
-
-
 def _connected(lib: ctypes.CDLL) -> tuple[Any, Any]:
-    """The ops, after handing them the library's entry points and the refine callback, and the
-    library torch's threads where those spin (`torch_threads_spin`; once: `_ops`)."""
+    """The ops, after handing them the library's entry points and the refine callback (once: `_ops`)."""
     ops = torch.ops.anynum_native
     ops.set_entry_points(
         ctypes.cast(lib.anynum_round, ctypes.c_void_p).value,
@@ -177,8 +155,6 @@ def _connected(lib: ctypes.CDLL) -> tuple[Any, Any]:
         ctypes.cast(lib.anynum_stream_base, ctypes.c_void_p).value,
         ctypes.cast(_refine, ctypes.c_void_p).value,
     )
-    if torch_threads_spin():
-        lib.anynum_set_runner(ops.runner() or None)  # (0: no OpenMP runtime to run on)
     return ops.round_pair, ops.round_each
 
 

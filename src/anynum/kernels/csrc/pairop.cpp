@@ -10,8 +10,6 @@
  * generator as anynum.rounding._seed_from draws it (the same torch op), at the time the Python
  * autograd Function would: the streams stay the same whichever path runs.
  *
- * runner hands the C library torch's own threads (run_parts) for the parts of its jobs.
- *
  * round_each is the optimizer's group rounding (anynum_round_each: the tensors rounded in place
  * as their concatenation) with its checks here rather than in Python, where eight tensors'
  * attributes cost more than the rounding itself.
@@ -41,46 +39,6 @@ void set_entry_points(int64_t round, int64_t round_each, int64_t base, int64_t r
     entry_round_each = reinterpret_cast<round_each_fn>(round_each);
     entry_base = reinterpret_cast<base_fn>(base);
     entry_refine = reinterpret_cast<refine_fn>(refine);
-}
-
-/* torch's own OpenMP runtime, by the entry points `#pragma omp parallel` compiles to (libgomp's
- * ABI, which Intel's and LLVM's runtimes also export). at::parallel_for cannot stand in: it is a
- * header template that runs serially unless this file is compiled with -fopenmp, and -fopenmp
- * needs OpenMP's development files, which a machine with a C++ compiler may lack. The references
- * are weak: where torch brings no OpenMP runtime they are null, and `runner` declines. */
-extern "C" {
-void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) __attribute__((weak));
-int omp_get_thread_num(void) __attribute__((weak));
-int omp_get_num_threads(void) __attribute__((weak));
-}
-
-typedef void (*part_fn)(void *, int, int);
-struct parts_job {
-    part_fn task;
-    void *ctx;
-    int parts;
-};
-
-/* One thread of the team: the parts its number selects, striding by the team's size. */
-void run_team(void *data) {
-    const parts_job *job = static_cast<const parts_job *>(data);
-    const int team = omp_get_num_threads();
-    for (int p = omp_get_thread_num(); p < job->parts; p += team) job->task(job->ctx, p, job->parts);
-}
-
-/* The C library's parts of a job on torch's own threads (anynum_set_runner, pool.c): part p of
- * `parts`, each once, all done on return. The team is OpenMP's default, the thread count torch
- * sets (as at::parallel_for leaves it: a num_threads clause makes libgomp rebuild its pool,
- * pytorch#32008); inside a parallel region it is this thread alone, which runs every part. */
-void run_parts(part_fn task, void *ctx, int parts) {
-    parts_job job{task, ctx, parts};
-    GOMP_parallel(run_team, &job, 0, 0);
-}
-
-/* run_parts for anynum_set_runner, or 0 where torch's process has no OpenMP runtime. */
-int64_t runner() {
-    const bool openmp = GOMP_parallel != nullptr && omp_get_thread_num != nullptr && omp_get_num_threads != nullptr;
-    return openmp ? reinterpret_cast<int64_t>(&run_parts) : 0;
 }
 
 /* The next seed of `gen`, drawn as anynum.rounding._seed_from draws it. */
@@ -192,7 +150,6 @@ int64_t round_each(at::TensorList xs, c10::IntArrayRef side, std::optional<at::G
 
 TORCH_LIBRARY(anynum_native, m) {
     m.def("set_entry_points(int round, int round_each, int base, int refine) -> ()", &set_entry_points);
-    m.def("runner() -> int", &runner);
     m.def("round_pair(Tensor x, int[] fwd, int[] bwd, int fwd_seed, Generator? bwd_generator) -> Tensor");
     m.def("round_each(Tensor(a!)[] xs, int[] side, Generator? generator) -> int", &round_each);
 }

@@ -123,28 +123,66 @@ static int pool_ensure(int parts) {
 /* One caller at a time runs jobs (Python threads may call concurrently: they queue here). */
 static pthread_mutex_t pool_job_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* The host's own thread pool, once handed in (anynum_set_runner; NULL hands back to this one): it
- * runs parts 0 .. parts-1 of a job and returns when all are done. Handed in where torch's OpenMP
- * threads spin between its regions, which a worker of this pool would compete with for the
- * cores (anynum.kernels.pairop.torch_threads_spin has the rule and its measurements). Only the
- * process that handed it in uses it: in a forked child, an OpenMP team whose threads stayed in
- * the parent never assembles (the call hangs), and this pool starts afresh instead. */
-typedef void (*pool_runner)(pool_task task, void *ctx, int parts);
-static pool_runner pool_host = 0;
-static pid_t pool_host_pid = 0;
+/* torch's own OpenMP team, through the entry points `#pragma omp parallel` compiles to (libgomp's
+ * ABI, which Intel's and LLVM's runtimes also export): weak references, which resolve to the
+ * runtime torch loaded into the process's global scope, and are null where there is none (then
+ * anynum_use_torch_team declines). Not through -fopenmp: that needs OpenMP's development files,
+ * which a machine with a C compiler may lack, and would link a runtime of its own. ELF only:
+ * elsewhere a weak reference to a symbol no library names does not link. */
+#if defined(__linux__)
+void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) __attribute__((weak));
+int omp_get_thread_num(void) __attribute__((weak));
+int omp_get_num_threads(void) __attribute__((weak));
+#define POOL_HAS_TEAM() (GOMP_parallel != 0 && omp_get_thread_num != 0 && omp_get_num_threads != 0)
+#else
+#define POOL_HAS_TEAM() 0
+#endif
 
-void anynum_set_runner(void *runner) {
-    __atomic_store_n(&pool_host_pid, getpid(), __ATOMIC_RELAXED);
-    __atomic_store_n(&pool_host, (pool_runner)runner, __ATOMIC_RELEASE);
+/* Whether jobs run on torch's team, and the process that said so: in a child forked after an
+ * OpenMP region the team stayed behind in the parent and never assembles (any parallel region
+ * hangs, torch's own too), so a child uses this pool. Set where torch's threads spin between
+ * its regions, which a worker of this pool would compete with for the cores
+ * (anynum.kernels.clib.torch_threads_spin has the rule and its measurements). */
+static int pool_team = 0;
+static pid_t pool_team_pid = 0;
+
+int anynum_use_torch_team(int on) {
+    on = on && POOL_HAS_TEAM();
+    __atomic_store_n(&pool_team_pid, getpid(), __ATOMIC_RELAXED);
+    __atomic_store_n(&pool_team, on, __ATOMIC_RELEASE);
+    return on;
 }
-void *anynum_runner(void) { return (void *)__atomic_load_n(&pool_host, __ATOMIC_ACQUIRE); }
+
+int anynum_torch_team(void) {
+    return __atomic_load_n(&pool_team, __ATOMIC_ACQUIRE) && __atomic_load_n(&pool_team_pid, __ATOMIC_RELAXED) == getpid();
+}
+
+typedef struct {
+    pool_task task;
+    void *ctx;
+    int parts;
+} team_job;
+
+#if defined(__linux__)
+/* One thread of the team: the parts its number selects, striding by the team's size (a team of
+ * one, inside another parallel region, runs them all). */
+static void team_member(void *data) {
+    const team_job *job = (const team_job *)data;
+    const int team = omp_get_num_threads();
+    for (int p = omp_get_thread_num(); p < job->parts; p += team) job->task(job->ctx, p, job->parts);
+}
+#endif
 
 static void pool_run(pool_task task, void *ctx, int parts) {
-    pool_runner host = __atomic_load_n(&pool_host, __ATOMIC_ACQUIRE);
-    if (parts > 1 && host && __atomic_load_n(&pool_host_pid, __ATOMIC_RELAXED) == getpid()) {
-        host(task, ctx, parts);
+#if defined(__linux__)
+    if (parts > 1 && anynum_torch_team()) {
+        /* OpenMP's default team: the thread count torch sets (as at::parallel_for leaves it; a
+           num_threads clause makes libgomp rebuild its pool, pytorch#32008) */
+        team_job job = {task, ctx, parts};
+        GOMP_parallel(team_member, &job, 0, 0);
         return;
     }
+#endif
     if (parts > 1) parts = pool_ensure(parts);
     if (parts <= 1) {
         task(ctx, 0, 1);
@@ -175,6 +213,9 @@ static void pool_run(pool_task task, void *ctx, int parts) {
     }
     pthread_mutex_unlock(&pool_job_mu);
 }
+
+/* pool_run for tests: parts 0 .. parts-1 of `task`, each once, on the threads the library uses. */
+void anynum_run_parts(pool_task task, void *ctx, int parts) { pool_run(task, ctx, parts < 1 ? 1 : parts); }
 
 /* Even split of [0, n) into `parts` ranges, boundaries on multiples of 64 elements. */
 ANY_INLINE void pool_range(int64_t n, int part, int parts, int64_t *begin, int64_t *end) {
