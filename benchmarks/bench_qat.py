@@ -71,20 +71,16 @@ class CNN(nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
-class CastCNN(CNN):
-    """The same CNN with torch's own bfloat16 round trip at the inputs of the same six layers."""
+class Bf16Cast(nn.Module):
+    """torch's own bfloat16 round trip, whose backward casts the gradient the same way."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        def q(t: torch.Tensor) -> torch.Tensor:
-            return t.to(torch.bfloat16).float()
-
-        x = self.pool1(q(torch.relu(self.conv1(q(x.view(-1, 1, 8, 8))))))
-        x = self.pool2(q(torch.relu(self.conv2(q(x)))))
-        return self.fc2(q(torch.relu(self.fc1(q(x.flatten(1))))))
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(torch.bfloat16).float()
 
 
-class QPyTorchCNN(CNN):
-    """The same CNN with QPyTorch `Quantizer`s at the inputs of the same six layers."""
+class QuantizedInputsCNN(CNN):
+    """The same CNN with a quantizer module (QPyTorch's `Quantizer`, `Bf16Cast`) at the inputs of
+    the same six layers."""
 
     def __init__(self, quant: nn.Module) -> None:
         super().__init__()
@@ -123,7 +119,7 @@ def qpytorch_setup() -> tuple[nn.Module, object] | None:
         backward_rounding="nearest",
     )
     torch.manual_seed(0)
-    m = QPyTorchCNN(quant)
+    m = QuantizedInputsCNN(quant)
     opt = OptimLP(
         torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
         weight_quant=number(4, 3),
@@ -172,7 +168,7 @@ def setups() -> dict[str, tuple[nn.Module, object]]:
         )
         out[name] = (m, opt)
     torch.manual_seed(0)
-    m = CastCNN()
+    m = QuantizedInputsCNN(Bf16Cast())
     out["casts"] = (m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
     torch.manual_seed(0)
     m = an.nn.convert(CNN(), an.nn.Policy(activation="bf16", error="bf16"))

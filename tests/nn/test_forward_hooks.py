@@ -43,9 +43,11 @@ def test_inputs_outputs_and_buffers_are_rounded_without_torch_hooks():
     plain, model = net(), an.nn.convert(net(), policy)
     x = torch.randn(8, 6) * 3
     assert torch.equal(model(x), by_hand(plain, x))
-    for layer in (model[0], model[1], model[3]):
+    for layer, original in zip(model, plain, strict=True):
         assert not (layer._forward_pre_hooks or layer._forward_hooks)  # torch's fast module call
-        assert isinstance(layer, type(plain[0] if isinstance(layer, nn.Linear) else plain[1]))
+        converted = not isinstance(original, nn.ReLU)
+        assert (type(layer) is not type(original)) == converted  # a class made for the layer
+        assert isinstance(layer, type(original))
     stats = model[1].running_mean
     assert torch.equal(stats, bf16(stats)) and not torch.equal(stats, torch.zeros(5))  # re-rounded
     assert repr(model).replace("Parametrized", "") == repr(plain)

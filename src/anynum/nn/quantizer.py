@@ -8,7 +8,7 @@ flowing back through it (QPyTorch's "activation" and "error" numbers).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import torch
 from torch import nn
@@ -84,6 +84,18 @@ def apply_pair(x: torch.Tensor, fwd: Rounder | None, bwd: Rounder | None) -> tor
     return y if y is not None else fwd(x)
 
 
+class _Plan(NamedTuple):
+    """A `PairPoint`'s planned call: what it was made for, and `pair_plan`'s op and sides."""
+
+    fwd: Rounder | None
+    bwd: Rounder | None
+    dtype: torch.dtype
+    op: Any
+    fwd_side: list[int]
+    bwd_side: list[int]
+    mode: str
+
+
 class PairPoint:
     """A point where `fwd` rounds a tensor and `bwd` its gradient (`apply_pair`), the native
     call planned once per pair and dtype (`anynum.quantize.rounder.pair_plan`).
@@ -103,27 +115,27 @@ class PairPoint:
 
     def __init__(self, fwd: Rounder | None, bwd: Rounder | None) -> None:
         self.fwd, self.bwd = fwd, bwd
-        self._plan: tuple[Any, ...] | None = None  # (fwd, bwd, dtype, op, fwd side, bwd side, mode)
+        self._plan: _Plan | None = None
 
     def round(self, x: torch.Tensor) -> torch.Tensor:
         """`x` rounded by `fwd`, and its gradient by `bwd` if `x` takes part in autograd."""
         plan = self._plan
         if (
             plan is not None
-            and plan[0] is self.fwd
-            and plan[1] is self.bwd
-            and plan[2] is x.dtype
+            and plan.fwd is self.fwd
+            and plan.bwd is self.bwd
+            and plan.dtype is x.dtype
             and type(x) is torch.Tensor
             and x.is_cpu
-            and plan[6] == compile_mode()
+            and plan.mode == compile_mode()
             and not torch.compiler.is_compiling()
         ):
             grad = x.requires_grad and torch.is_grad_enabled()
-            y: torch.Tensor = plan[3](x, plan[4], plan[5] if grad else [], 0, None)
+            y: torch.Tensor = plan.op(x, plan.fwd_side, plan.bwd_side if grad else [], 0, None)
             return y
         y = apply_pair(x, self.fwd, self.bwd)
         made = pair_plan(self.fwd, self.bwd, x.dtype)
-        self._plan = None if made is None else (self.fwd, self.bwd, x.dtype, *made)
+        self._plan = None if made is None else _Plan(self.fwd, self.bwd, x.dtype, *made)
         return y
 
     def __getstate__(self) -> dict[str, Any]:
