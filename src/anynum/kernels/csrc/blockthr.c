@@ -82,9 +82,11 @@ static void thr_table(const any_block *B, const thr_keys *m, double tscale, floa
 /* n elements in blocks of bs (whole groups of BLOCK_G, or the chunk is one block; a short last group
    is padded): block b's thresholds and values at rows + off[b] with stride st. The seven comparisons
    are written out: a loop over them around the lane loop makes GCC unroll the lanes into scalar
-   code. Full groups store straight to y: the lanes read x first, and x may be y only in place. */
-static void thr_elements(const any_block *B, const float *x, float *y, int64_t n, int64_t bs,
-                         const float *rows, const int64_t *off, int64_t st) {
+   code. Full groups store straight to y: the lanes read x first, and x may be y only in place.
+   st is one of the two strides rows come in (thr_elements): a constant here, so the fifteen loads
+   of a group take fixed offsets from one address. */
+ANY_INLINE void thr_elements_st(const any_block *B, const float *x, float *y, int64_t n, int64_t bs,
+                                const float *rows, const int64_t *off, const int64_t st) {
     enum { NB = BLOCK_CHUNK / BLOCK_G };
     const float zadd = B->ef.negative_zero ? -0.0f : 0.0f;
     const int64_t gpb = n <= bs ? NB + 1 : bs / BLOCK_G;
@@ -119,6 +121,14 @@ static void thr_elements(const any_block *B, const float *x, float *y, int64_t n
 }
 
 enum { CHUNK_BLOCKS = BLOCK_CHUNK / BLOCK_G };
+
+/* thr_elements_st for rows of the call's table (stride THR_KEYS + 1) or of the chunk's own
+   (CHUNK_BLOCKS) */
+static void thr_elements(const any_block *B, const float *x, float *y, int64_t n, int64_t bs,
+                         const float *rows, const int64_t *off, int64_t st) {
+    if (st == THR_KEYS + 1) thr_elements_st(B, x, y, n, bs, rows, off, THR_KEYS + 1);
+    else thr_elements_st(B, x, y, n, bs, rows, off, CHUNK_BLOCKS);
+}
 
 /* The rows a chunk of nb blocks reads: block b's row key[b] of the call's table tab, or (tab NULL)
    rows made here into `rows` from the blocks' scales sc[b] and bad[b]. Sets off[b] and *st. */
