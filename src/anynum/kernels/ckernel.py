@@ -41,7 +41,7 @@ import torch
 from anynum.formats.block import Block
 from anynum.kernels.clib import building_library, library, library_soon
 from anynum.kernels.cparams import CallParams, call_params
-from anynum.kernels.eager import round_to_format, working_dtype
+from anynum.kernels.eager import round_reference, round_to_format
 from anynum.kernels.route import Call, Direct, Kernel, can_write_while_reading, register
 from anynum.kernels.settings import compile_mode
 from anynum.rounding import RandomSource, Rounding
@@ -274,8 +274,7 @@ class NativeKernel(Kernel):
         if library_soon() is None and building_library():
             # the first build on this machine runs in the background: the reference meanwhile
             # (the same bits), rather than the compiled route, whose own compile would stall
-            xw = x.to(working_dtype(call.fmt, x.dtype))
-            return round_to_format(call.fmt, xw, call.mode, call.overflow, rng, call.rand_bits).to(x.dtype)
+            return round_reference(call, x, rng)
         return native_round(params, call, x, rng, out)
 
     def direct(self, call: Call) -> Direct | None:

@@ -19,10 +19,20 @@ from anynum._bits import layout
 from anynum.formats.base import Format
 from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FloatFormat
+from anynum.formats.posit import Posit
+from anynum.formats.table import Table
 from anynum.kernels.route import Call, Kernel, register
-from anynum.rounding import RandomSource, Rounding, round_scaled
+from anynum.rounding import CounterRandom, RandomSource, Rounding, round_scaled
 
-__all__ = ["EagerKernel", "apply_overflow", "float_grid_step", "round_to_format", "working_dtype"]
+__all__ = [
+    "EAGER_PIECE",
+    "EagerKernel",
+    "apply_overflow",
+    "float_grid_step",
+    "round_reference",
+    "round_to_format",
+    "working_dtype",
+]
 
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max
@@ -170,8 +180,67 @@ def _round_uniform(
     return torch.where(y == 0, 0.0, y)  # two's complement has no -0
 
 
+#: Elements per piece where `EagerKernel` rounds a large CPU tensor piece by piece: the
+#: reference's dozen or so temporaries of a piece (int64 counter bits among them) stay in the
+#: cache. 4M elements of E4M3FN SR took 0.61 s whole and 0.19 s in pieces of 65,536 (tables
+#: 1.23 s and 0.53 s, posits 0.87 s and 0.38 s): the first calls before the C library is built,
+#: and every call where no compiler exists, take this path.
+EAGER_PIECE = 1 << 16
+
+#: The families whose every element rounds on its own (a block's elements share its scale).
+_ELEMENTWISE = (FloatFormat, UniformFormat, Posit, Table)
+
+
+class _Shifted(RandomSource):
+    """The bits of `base` for elements `offset` on: a piece draws what the whole tensor would."""
+
+    def __init__(self, base: RandomSource, offset: int) -> None:
+        self.base, self.offset = base, offset
+
+    def bits_at(self, index: torch.Tensor, nbits: int, stream: int) -> torch.Tensor:
+        return self.base.bits_at(index + self.offset, nbits, stream)
+
+    def defer_undecided(self, excess: torch.Tensor) -> bool:
+        return self.base.defer_undecided(excess)
+
+
+def round_reference(call: Call, x: torch.Tensor, rng: RandomSource | None) -> torch.Tensor:
+    """`round_to_format` for `call` on `x` in the working dtype, as a new tensor of x's dtype.
+
+    A contiguous CPU tensor of an elementwise format larger than `EAGER_PIECE` is rounded piece
+    by piece, each piece drawing the whole tensor's bits for its elements (counter-based
+    streams only: any other `RandomSource` gets the whole tensor, as its bits need not be a
+    function of the index alone); the result is the same, bit for bit. NaN, inf and saturation
+    as `round_to_format`.
+
+    >>> import anynum as an
+    >>> call = Call(an.E4M3FN, Rounding.NEAREST_EVEN, "saturate", None, torch.float32, "cpu", None)
+    >>> round_reference(call, torch.tensor([0.3, 1000.0, float("nan")]), None).tolist()
+    [0.3125, 448.0, nan]
+    """
+    wdt = working_dtype(call.fmt, x.dtype)
+    n, piece = x.numel(), EAGER_PIECE
+    if (
+        n <= piece
+        or not x.is_cpu
+        or not x.is_contiguous()
+        or not isinstance(call.fmt, _ELEMENTWISE)
+        or not (rng is None or type(rng) is CounterRandom)
+    ):
+        return round_to_format(call.fmt, x.to(wdt), call.mode, call.overflow, rng, call.rand_bits).to(x.dtype)
+    flat, y = x.view(-1), torch.empty_like(x)
+    flat_y = y.view(-1)
+    for start in range(0, n, piece):
+        part = flat[start : start + piece].to(wdt)
+        bits = None if rng is None else _Shifted(rng, start)
+        flat_y[start : start + piece] = round_to_format(
+            call.fmt, part, call.mode, call.overflow, bits, call.rand_bits
+        )
+    return y
+
+
 class EagerKernel(Kernel):
-    """The reference: `round_to_format` in the working dtype, plain eager torch. Covers every call."""
+    """The reference (`round_reference`): plain eager torch. Covers every call."""
 
     name = "eager"
     rank = 100
@@ -182,9 +251,7 @@ class EagerKernel(Kernel):
     def round(
         self, call: Call, x: torch.Tensor, rng: RandomSource | None, out: torch.Tensor | None
     ) -> torch.Tensor:
-        wdt = working_dtype(call.fmt, x.dtype)
-        y = round_to_format(call.fmt, x.to(wdt), call.mode, call.overflow, rng, call.rand_bits)
-        return y.to(x.dtype)
+        return round_reference(call, x, rng)
 
     def encode(self, fmt: Format, y: torch.Tensor) -> torch.Tensor:
         return fmt.encode_kernel(y.to(torch.float64))

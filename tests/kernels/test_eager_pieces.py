@@ -1,0 +1,124 @@
+"""The eager reference rounds a large CPU tensor in pieces (`anynum.kernels.eager.EAGER_PIECE`),
+each piece drawing the whole tensor's random bits for its elements. Oracle: `round_to_format` on
+the whole tensor at once, the reference as written, for every elementwise family, mode, input
+dtype and exact SR's refinement of an element that ties its own draw."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import anynum as an
+from anynum.kernels import eager
+from anynum.kernels.eager import EagerKernel, round_to_format, working_dtype
+from anynum.kernels.route import Call
+from anynum.rounding import CounterRandom, RandomSource, Rounding
+
+FORMATS = [
+    an.E4M3FN,
+    an.E5M2,
+    an.BF16,
+    an.FixedPoint(4, 8),
+    an.Posit(8, 0),
+    an.Posit(16, 1),
+    an.Table.from_format(an.E2M1),
+]
+N = 3_500  # three pieces of 1,000 and a short one
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(eager, "EAGER_PIECE", 1_000)
+    return 1_000
+
+
+def whole(
+    fmt: an.Format, mode: Rounding, x: torch.Tensor, rng: RandomSource | None, rand_bits: int | None
+) -> torch.Tensor:
+    y = round_to_format(
+        fmt, x.to(working_dtype(fmt, x.dtype)), mode, fmt.overflow_policies[0], rng, rand_bits
+    )
+    return y.to(x.dtype)
+
+
+def in_pieces(
+    fmt: an.Format, mode: Rounding, x: torch.Tensor, rng: RandomSource | None, rand_bits: int | None
+) -> torch.Tensor:
+    random = "counter" if rng is not None else None
+    call = Call(fmt, mode, fmt.overflow_policies[0], rand_bits, x.dtype, "cpu", random)
+    return EagerKernel().round(call, x, rng, None)
+
+
+def inputs(fmt: an.Format, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(3)
+    span = min(float(fmt.max), 1e4)
+    x = (torch.rand(N, generator=g, dtype=torch.float64) * 2 - 1) * 1.2 * span
+    x[::7] = torch.randn(len(x[::7]), generator=g, dtype=torch.float64) * fmt.smallest_subnormal * 4
+    x[5], x[1500], x[2999] = float("nan"), float("inf"), -0.0
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=repr)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_every_mode_in_pieces_is_the_whole_reference(
+    fmt: an.Format, dtype: torch.dtype, small_pieces: int, cn: Any
+) -> None:
+    x = inputs(fmt, dtype)
+    for mode in Rounding:
+        for rand_bits in (None, 3) if mode is Rounding.STOCHASTIC else (None,):
+            rng = CounterRandom(11) if mode.is_stochastic else None
+            want = whole(fmt, mode, x, rng, rand_bits)
+            got = in_pieces(fmt, mode, x, rng, rand_bits)
+            cn.assert_same(got, want, x, (fmt, mode.name, rand_bits, dtype))
+
+
+def test_a_tie_refined_in_a_later_piece(small_pieces: int, cn: Any) -> None:
+    seed = next(s for s in range(5, 100) if cn.self_tie(N, s)[1] >= small_pieces)  # not in piece 0
+    x, i = cn.self_tie(N, seed)
+    rng = CounterRandom(seed)
+    want = whole(an.FP16, Rounding.STOCHASTIC, x, rng, None)
+    got = in_pieces(an.FP16, Rounding.STOCHASTIC, x, rng, None)
+    cn.assert_same(got, want, x, "tie")
+    # the piece holding the tie draws its refinement from the whole tensor's stream: a piece
+    # rounded as a tensor of its own (indices from 0) draws other bits for every element
+    start = i - i % small_pieces
+    alone = whole(an.FP16, Rounding.STOCHASTIC, x[start : start + small_pieces], rng, None)
+    assert not torch.equal(alone, want[start : start + small_pieces])
+
+
+def test_pieces_are_used_and_the_whole_path_stays_where_it_must(
+    small_pieces: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = eager.round_to_format
+
+    def counting(fmt, x, *args):  # type: ignore[no-untyped-def]
+        calls.append(x.numel())
+        return real(fmt, x, *args)
+
+    monkeypatch.setattr(eager, "round_to_format", counting)
+    x = torch.randn(N)
+    in_pieces(an.E4M3FN, Rounding.STOCHASTIC, x, CounterRandom(1), None)
+    assert calls == [1_000, 1_000, 1_000, 500]
+
+    class Injected(RandomSource):  # bits by position, not a function of the index alone
+        def bits_at(self, index: torch.Tensor, nbits: int, stream: int) -> torch.Tensor:
+            return torch.zeros_like(index)
+
+    for x_, rng in ((torch.randn(N), Injected()), (torch.randn(N, 2).t(), CounterRandom(1))):
+        calls.clear()
+        in_pieces(an.E4M3FN, Rounding.STOCHASTIC, x_, rng, None)
+        assert calls == [x_.numel()]  # one call: the whole tensor
+    calls.clear()
+    in_pieces(an.MXFP8_E4M3, Rounding.NEAREST_EVEN, torch.randn(4, 1024), None, None)
+    assert calls == [4096]  # blocks share their scale: never cut
+
+
+def test_the_default_piece_and_a_large_call() -> None:
+    """The module's own piece size on a tensor of several pieces, through the whole kernel."""
+    x = torch.randn(3 * eager.EAGER_PIECE + 17)
+    rng = CounterRandom(9)
+    want = whole(an.E5M2, Rounding.STOCHASTIC, x, rng, None)
+    assert torch.equal(in_pieces(an.E5M2, Rounding.STOCHASTIC, x, rng, None), want)
