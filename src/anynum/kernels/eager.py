@@ -180,11 +180,11 @@ def _round_uniform(
     return torch.where(y == 0, 0.0, y)  # two's complement has no -0
 
 
-#: Elements per piece where `EagerKernel` rounds a large CPU tensor piece by piece: the
+#: Elements per piece where `round_reference` rounds a large CPU tensor piece by piece: the
 #: reference's dozen or so temporaries of a piece (int64 counter bits among them) stay in the
 #: cache. 4M elements of E4M3FN SR took 0.61 s whole and 0.19 s in pieces of 65,536 (tables
-#: 1.23 s and 0.53 s, posits 0.87 s and 0.38 s): the first calls before the C library is built,
-#: and every call where no compiler exists, take this path.
+#: 1.23 s and 0.53 s, posits 0.87 s and 0.38 s): the calls made while the C library builds take
+#: this path, as does every CPU call that reaches the reference kernel.
 EAGER_PIECE = 1 << 16
 
 #: The families whose every element rounds on its own (a block's elements share its scale).
