@@ -16,27 +16,45 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(same.all())
 
 
-@pytest.mark.parametrize(
-    ("fmt", "overflow"),
-    [
-        (an.FP16, "inf"),
-        (an.BF16, "inf"),
-        (an.E4M3FN, "saturate"),
-        (an.E5M2, "inf"),
-        (an.E4M3FNUZ, "nan"),
-        (an.E5M2FNUZ, "nan"),
-    ],
-    ids=repr,
-)
-def test_native_cast_equals_reference_kernel(
-    fmt: an.Format, overflow: str, float32_probe: torch.Tensor
+_PAIRS = [
+    (an.FP16, "inf", "float16"),
+    (an.BF16, "inf", "bfloat16"),
+    (an.FP16, "saturate", "float16"),
+    (an.BF16, "nan", "bfloat16"),
+    (an.E4M3FN, "saturate", "float8_e4m3fn"),
+    (an.E4M3FN, "nan", "float8_e4m3fn"),
+    (an.E5M2, "inf", "float8_e5m2"),
+    (an.E5M2, "saturate", "float8_e5m2"),
+    (an.E4M3FNUZ, "nan", "float8_e4m3fnuz"),
+    (an.E4M3FNUZ, "saturate", "float8_e4m3fnuz"),
+    (an.E5M2FNUZ, "nan", "float8_e5m2fnuz"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "overflow", "name"), _PAIRS, ids=repr)
+def test_shortcut_used_exactly_where_the_cast_is_the_rounding(
+    fmt: an.Format, overflow: str, name: str, float32_probe: torch.Tensor
 ) -> None:
+    """The runtime probe's decision equals the truth on the larger test probe (random bits included).
+
+    What torch's float8 casts do with overflow changed between versions (2.11 sends e4m3fn
+    overflow to NaN, 2.13 saturates), so which pairs take the shortcut is not fixed here.
+    """
+    native = getattr(torch, name, None)
+    if native is None:
+        pytest.skip(f"torch has no {name}")
     x = float32_probe
-    native = native_cast_dtype(fmt, Rounding.NEAREST_EVEN, overflow, x)
-    assert native is not None
     ref = round_to_format(fmt, x, Rounding.NEAREST_EVEN, overflow, None, None)
-    assert _bits_equal(x.to(native).float(), ref)
+    cast_is_rounding = _bits_equal(x.to(native).float(), ref)
+    assert (native_cast_dtype(fmt, Rounding.NEAREST_EVEN, overflow, x) == native) == cast_is_rounding
     assert _bits_equal(an.quantize(x, fmt, overflow=overflow), ref)
+    assert _bits_equal(an.quantize(x[:100], fmt, overflow=overflow), ref[:100])  # below compiled sizes
+
+
+@pytest.mark.parametrize("fmt", [an.FP16, an.BF16], ids=repr)
+def test_ieee_half_casts_take_the_shortcut(fmt: an.Format) -> None:
+    """torch's float16/bfloat16 casts are IEEE round-to-nearest-even with overflow to inf."""
+    assert native_cast_dtype(fmt, Rounding.NEAREST_EVEN, "inf", torch.ones(2)) is not None
 
 
 def test_shortcut_not_used_where_it_would_differ() -> None:

@@ -6,6 +6,12 @@ inputs, torch's cast round trip equals the reference kernel bit for bit
 random values and all special values). It is restricted to float32 CPU
 inputs: torch casts float64 through float32 (double rounding), and CUDA
 float8 casts treat overflow differently.
+
+What torch's casts do is not assumed: torch 2.11's CPU cast to float8_e4m3fn sends
+overflow to NaN, 2.13's saturates. Each pair is used only after its round trip of a
+probe (`cast_agrees`: every bfloat16 pattern with the low bits that make the ties and
+near-ties of every target, and the specials, in a large and a small tensor) equals the
+reference bit for bit, once per process.
 """
 
 from __future__ import annotations
@@ -16,28 +22,27 @@ import torch
 
 from anynum.formats import floating as fl
 from anynum.formats.base import Format
+from anynum.kernels.eager import round_to_format
 from anynum.kernels.route import Call, Kernel, register
 from anynum.kernels.settings import compiles_at
 from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["NativeCastKernel", "float32_cast_dtype", "native_cast_dtype", "native_round_trip"]
+__all__ = ["NativeCastKernel", "cast_agrees", "float32_cast_dtype", "native_cast_dtype", "native_round_trip"]
 
 
 @functools.cache
-def _table() -> dict[tuple[Format, str], torch.dtype]:
-    table: dict[tuple[Format, str], torch.dtype] = {
-        (fl.FP16, "inf"): torch.float16,
-        (fl.BF16, "inf"): torch.bfloat16,
-    }
-    for name, fmt, overflow in (
-        ("float8_e4m3fn", fl.E4M3FN, "saturate"),
-        ("float8_e5m2", fl.E5M2, "inf"),
-        ("float8_e4m3fnuz", fl.E4M3FNUZ, "nan"),
-        ("float8_e5m2fnuz", fl.E5M2FNUZ, "nan"),
-    ):
+def _candidates() -> dict[tuple[Format, str], torch.dtype]:
+    """Each (format, overflow policy) whose rounding a torch cast might be; `cast_agrees` decides."""
+    pairs = [(fl.FP16, "float16"), (fl.BF16, "bfloat16"), (fl.E4M3FN, "float8_e4m3fn")]
+    pairs += [(fl.E5M2, "float8_e5m2"), (fl.E4M3FNUZ, "float8_e4m3fnuz"), (fl.E5M2FNUZ, "float8_e5m2fnuz")]
+    table: dict[tuple[Format, str], torch.dtype] = {}
+    for fmt, name in pairs:
         dtype = getattr(torch, name, None)
-        if dtype is not None:
-            table[(fmt, overflow)] = dtype
+        if dtype is None:
+            continue
+        for overflow in fmt.overflow_policies:
+            if (overflow != "inf" or fmt.has_inf) and (overflow != "nan" or fmt.has_nan):
+                table[(fmt, overflow)] = dtype
     return table
 
 
@@ -60,7 +65,49 @@ def float32_cast_dtype(fmt: Format, mode: Rounding, overflow: str) -> torch.dtyp
     >>> float32_cast_dtype(an.E5M2, Rounding.NEAREST_EVEN, "inf")
     torch.float8_e5m2
     """
-    return _table().get((fmt, overflow)) if mode is Rounding.NEAREST_EVEN else None
+    if mode is not Rounding.NEAREST_EVEN:
+        return None
+    dtype = _candidates().get((fmt, overflow))
+    return dtype if dtype is not None and cast_agrees(fmt, overflow, dtype) else None
+
+
+#: Low 16 bits joined to every high half: float16's ties (bit 12) with either parity of its
+#: last kept bit (bit 13), bfloat16's (bit 15), and values just either side of them. Float8
+#: ties and every overflow, subnormal and special lie in the high half itself.
+_PROBE_LOW = (0x0000, 0x0FFF, 0x1000, 0x1001, 0x3000, 0x7FFF, 0x8000, 0x8001)
+
+
+@functools.cache
+def _probe() -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe inputs: a large float32 tensor (vectorised loops) and a small one (scalar paths)."""
+    high = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32) << 16
+    low = torch.tensor(_PROBE_LOW, dtype=torch.int32)
+    large = (high[:, None] | low[None, :]).reshape(-1).view(torch.float32)
+    inf, big = float("inf"), torch.finfo(torch.float32).max
+    small = torch.tensor([inf, -inf, float("nan"), big, -big, 1e5, -3e38, 464.0, 65520.0, -0.0, 2.0**-149])
+    return large, small
+
+
+@functools.cache
+def cast_agrees(fmt: Format, overflow: str, dtype: torch.dtype) -> bool:
+    """Whether this torch's float32 -> `dtype` -> float32 round trip is `fmt`'s nearest-even rounding.
+
+    Checked on the probe against the reference kernel, bit for bit (NaN payloads aside),
+    once per process and triple.
+
+    >>> import anynum as an
+    >>> cast_agrees(an.BF16, "inf", torch.bfloat16)
+    True
+    >>> cast_agrees(an.BF16, "saturate", torch.bfloat16)  # torch's cast overflows to inf
+    False
+    """
+    for x in _probe():
+        got = x.to(dtype).float()
+        ref = round_to_format(fmt, x, Rounding.NEAREST_EVEN, overflow, None, None)
+        same = (got.view(torch.int32) == ref.view(torch.int32)) | (got.isnan() & ref.isnan())
+        if not bool(same.all()):
+            return False
+    return True
 
 
 #: torch's float8 dtypes (those this torch build has).
@@ -110,7 +157,7 @@ def native_round_trip(x: torch.Tensor, native: torch.dtype, out: torch.Tensor | 
 
 
 class NativeCastKernel(Kernel):
-    """Round to nearest even by torch's own cast round trip, where that cast *is* the rounding.
+    """Round to nearest even by torch's own cast round trip, where that cast is the rounding (`cast_agrees`).
 
     float32 CPU tensors onto fp16/bf16 (torch's vectorised casts, any size) and onto the
     float8 formats torch has (below the compiled kernels' size: torch converts float8 one
