@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import anynum as an
+from anynum.errors import RepresentabilityError
 from anynum.rounding import Rounding
 
 
@@ -99,3 +100,17 @@ def test_quantize_inside_compiled_code() -> None:
     y.sum().backward()
     assert torch.equal(y, f(x))
     assert x.grad is not None and torch.equal(x.grad, torch.full_like(x, 4.0))  # 2 + 1 + 1, straight through
+
+
+def test_compiled_quantize_refuses_what_eager_refuses() -> None:
+    """Representability is checked while tracing (the ops' fake kernels), as eager `quantize` checks it."""
+    x = torch.randn(8, dtype=torch.float16)
+    with pytest.raises(RepresentabilityError):
+        an.quantize(x, an.BF16)  # bf16 values float16 cannot hold: eager refuses
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: an.quantize(t, an.BF16), backend="eager", fullgraph=True)
+    with pytest.raises(Exception, match=r"that torch\.float16 cannot hold"):
+        compiled(x)
+    with pytest.raises(RepresentabilityError):
+        torch.ops.anynum.round(x, "bf16", "nearest", "inf", 0)  # the op itself, called eagerly

@@ -32,9 +32,11 @@ import weakref
 from collections.abc import Callable
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from anynum.formats.base import Format
 from anynum.formats.registry import format as lookup_format
+from anynum.kernels.representable import check_overflow_fits, check_representable
 from anynum.kernels.route import round_tensor
 from anynum.rounding import CounterRandom, RandomSource, Rounding, parse_rounding
 
@@ -45,19 +47,34 @@ _stream_ids = itertools.count(1)
 
 
 @functools.lru_cache(maxsize=1024)
-def _resolve(fmt: str, mode: str) -> tuple[Format, Rounding]:
-    return lookup_format(fmt), parse_rounding(mode)
+def _resolve(fmt: str, mode: str, overflow: str, dtype: torch.dtype) -> tuple[Format, Rounding]:
+    """The format and mode an op names, once `dtype` is known to hold what rounding onto it gives.
+
+    The fake kernels call it too, so a compiled graph fails at trace time where eager
+    `quantize` would (`anynum.kernels.representable`).
+    """
+    f = lookup_format(fmt)
+    check_representable(f, dtype)
+    check_overflow_fits(f, overflow, dtype)
+    return f, parse_rounding(mode)
+
+
+def _check_while_tracing(fmt: str, mode: str, overflow: str, dtype: torch.dtype) -> None:
+    """`_resolve` from a fake kernel: its checks round real tensors, so fake mode is lifted for them."""
+    with unset_fake_temporarily():
+        _resolve(fmt, mode, overflow, dtype)
 
 
 @torch.library.custom_op("anynum::round", mutates_args=())
 def round_op(x: torch.Tensor, fmt: str, mode: str, overflow: str, rand_bits: int) -> torch.Tensor:
     """`x` rounded onto the format named `fmt` in deterministic `mode` (rand_bits unused: pass 0)."""
-    f, m = _resolve(fmt, mode)
+    f, m = _resolve(fmt, mode, overflow, x.dtype)
     return _unaliased(round_tensor(f, x.detach(), m, overflow, None, None), x)
 
 
 @round_op.register_fake
 def _(x: torch.Tensor, fmt: str, mode: str, overflow: str, rand_bits: int) -> torch.Tensor:
+    _check_while_tracing(fmt, mode, overflow, x.dtype)
     return torch.empty_like(x)
 
 
@@ -68,7 +85,7 @@ def round_stream_op(
     x: torch.Tensor, fmt: str, mode: str, overflow: str, rand_bits: int, stream: int
 ) -> torch.Tensor:
     """`x` rounded stochastically, with a fresh seed drawn from registered `stream` (rand_bits 0: exact)."""
-    f, m = _resolve(fmt, mode)
+    f, m = _resolve(fmt, mode, overflow, x.dtype)
     draw = _streams.get(stream)
     if draw is None:
         raise RuntimeError(f"anynum: random stream {stream} is not registered in this process")
@@ -78,6 +95,7 @@ def round_stream_op(
 
 @round_stream_op.register_fake
 def _(x: torch.Tensor, fmt: str, mode: str, overflow: str, rand_bits: int, stream: int) -> torch.Tensor:
+    _check_while_tracing(fmt, mode, overflow, x.dtype)
     return torch.empty_like(x)
 
 
@@ -86,12 +104,13 @@ def round_seeded_op(
     x: torch.Tensor, fmt: str, mode: str, overflow: str, rand_bits: int, seed: int
 ) -> torch.Tensor:
     """`x` rounded stochastically with the counter-based stream of `seed` (``quantize(..., seed=)``)."""
-    f, m = _resolve(fmt, mode)
+    f, m = _resolve(fmt, mode, overflow, x.dtype)
     return _unaliased(round_tensor(f, x.detach(), m, overflow, CounterRandom(seed), rand_bits or None), x)
 
 
 @round_seeded_op.register_fake
 def _(x: torch.Tensor, fmt: str, mode: str, overflow: str, rand_bits: int, seed: int) -> torch.Tensor:
+    _check_while_tracing(fmt, mode, overflow, x.dtype)
     return torch.empty_like(x)
 
 

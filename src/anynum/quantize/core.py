@@ -111,8 +111,7 @@ def _as_custom_op(
     Deterministic modes and stochastic ones with an explicit ``seed=`` stay in the graph;
     a stochastic call without a seed draws one here, which the compiler cannot trace.
     """
-    check_tensor(x)
-    check_representable(fmt, x.dtype)
+    check_tensor(x)  # the ops' fake kernels check representability, while tracing
     if not mode.is_stochastic:
         return torch.ops.anynum.round(x, fmt.canonical_name, mode.value, overflow, rand_bits or 0)
     if seed is None:  # drawn here, as eager `quantize` does: a graph break, as documented
