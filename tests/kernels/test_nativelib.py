@@ -24,12 +24,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import anynum
-from anynum.kernels import nativelib
+from anynum.kernels import nativelib, nativesoon
 from anynum.kernels.nativelib import NativeSource
 
 pytestmark = pytest.mark.skipif(
@@ -340,30 +341,96 @@ def test_doc_source_registry() -> None:
     assert s in nativelib.registered_sources()
 
 
+def _wait_for(done: Callable[[], bool], seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert done()
+
+
 def test_load_soon_builds_in_the_background(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No caller waits for a first build: None at once, one background build, then the library;
-    with the library in the cache, no thread at all."""
+    with the library in the cache, no build at all."""
     monkeypatch.setenv("ANYNUM_CACHE_DIR", str(tmp_path / "cache"))
     src = NativeSource(f"test_soon_{os.getpid()}", "int anynum_answer(void) { return 7; }")
-    assert nativelib.load_soon(src) is None  # gcc takes far longer than starting a thread
-    assert nativelib.building(src)
-    deadline = time.monotonic() + 120
-    while nativelib.building(src) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    lib = nativelib.load_soon(src)
-    assert lib is not None and lib.anynum_answer() == 7 and not nativelib.building(src)
-    # another process finds it in the cache: loaded on the spot, no build thread
+    assert nativesoon.load_soon(src) is None  # gcc takes far longer than starting a process
+    assert nativesoon.building(src)
+    _wait_for(lambda: not nativesoon.building(src))
+    lib = nativesoon.load_soon(src)
+    assert lib is not None and lib.anynum_answer() == 7 and not nativesoon.building(src)
+    # another process finds it in the cache: loaded on the spot, no build
     code = textwrap.dedent(
         f"""
-        from anynum.kernels import nativelib
-        src = nativelib.NativeSource({src.name!r}, {src.source!r})
-        lib = nativelib.load_soon(src)
-        print(lib is not None and lib.anynum_answer(), nativelib.building(src))
+        from anynum.kernels import nativesoon
+        from anynum.kernels.nativelib import NativeSource
+        src = NativeSource({src.name!r}, {src.source!r})
+        lib = nativesoon.load_soon(src)
+        print(lib is not None and lib.anynum_answer(), nativesoon.building(src))
         """
     )
     env = {**os.environ, "ANYNUM_CACHE_DIR": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["7", "False"]
+
+
+def _logging_compiler(tmp_path: Path, *, fails: bool = False) -> tuple[Path, Path]:
+    """A C compiler that records each call (and takes 5 s first), or one that always fails."""
+    log = tmp_path / "compiles.log"
+    cc = tmp_path / "logging-cc"
+    real = shutil.which("cc") or shutil.which("gcc") or "cc"
+    body = "exit 1" if fails else f'sleep 5\nexec {real} "$@"'
+    cc.write_text(f'#!/bin/sh\necho "$$" >> {log}\n{body}\n')
+    cc.chmod(0o700)
+    return cc, log
+
+
+def test_short_processes_build_once_and_the_build_outlives_them(tmp_path: Path) -> None:
+    """Two processes that ask for a library and exit at once, one right after the other: the
+    first's detached build finishes after it has gone, the second waits on that build's lock
+    instead of compiling again (one compiler run in all), and a third process loads the result."""
+    cc, log = _logging_compiler(tmp_path)
+    env = {**os.environ, "ANYNUM_CACHE_DIR": str(tmp_path / "cache"), "CC": str(cc)}
+    src = NativeSource(f"test_detached_{os.getpid()}", "int anynum_answer(void) { return 11; }")
+    code = textwrap.dedent(
+        f"""
+        from anynum.kernels import nativesoon
+        from anynum.kernels.nativelib import NativeSource
+        src = NativeSource({src.name!r}, {src.source!r})
+        lib = nativesoon.load_soon(src)
+        print(lib is not None and lib.anynum_answer(), nativesoon.building(src))
+        """
+    )
+
+    def ask() -> list[str]:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert ask() == ["False", "True"]
+    assert ask() == ["False", "True"]  # the first build is still running (its compiler sleeps 5 s)
+    _wait_for(lambda: ask() == ["11", "False"])
+    time.sleep(0.5)  # the second builder, which waited on the lock, has gone too
+    assert len(log.read_text().split()) == 1
+
+
+def test_a_failed_detached_build_is_retried_here_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cc, log = _logging_compiler(tmp_path, fails=True)
+    monkeypatch.setenv("ANYNUM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", str(cc))
+    nativelib.compiler.cache_clear()
+    try:
+        src = NativeSource(f"test_failing_{os.getpid()}", "int anynum_answer(void) { return 3; }")
+        assert nativesoon.load_soon(src) is None
+        _wait_for(lambda: not nativesoon.building(src))  # the detached build failed
+        with pytest.warns(RuntimeWarning, match="could not build or load"):
+            assert nativesoon.load_soon(src) is None  # built again in a thread here, which says why
+            _wait_for(lambda: not nativesoon.building(src))
+        assert nativesoon.load_soon(src) is None and not nativesoon.building(src)  # no third try
+        assert len(log.read_text().split()) == 4  # -march=native, then without, in each build
+    finally:
+        nativelib.compiler.cache_clear()
 
 
 def test_router_runs_the_reference_while_the_library_builds(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from anynum.kernels.cparams import CallStruct
-from anynum.kernels.nativelib import NativeSource, building, load, load_soon
+from anynum.kernels.nativelib import NativeSource, load
+from anynum.kernels.nativesoon import building, load_soon
 
 __all__ = ["SOURCE", "building_library", "library", "library_soon", "source_text", "torch_threads_spin"]
 

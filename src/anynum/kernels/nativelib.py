@@ -53,6 +53,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 try:
     import fcntl
@@ -61,20 +62,19 @@ except ImportError:  # Windows: no native code is loaded there (see `cache_dir`)
 
 __all__ = [
     "NativeSource",
-    "building",
+    "build_request",
     "cache_dir",
     "check_private_dir",
     "compiler",
+    "lasting",
     "library_path",
     "load",
-    "load_soon",
     "registered_sources",
     "unsafe_reason",
 ]
 
-_LOCK = threading.Lock()  # guards _LOCKS and _builders
+_LOCK = threading.Lock()  # guards _LOCKS
 _LOCKS: dict[str, threading.Lock] = {}  # one per library: a long build blocks only its own loads
-_builders: dict[str, threading.Thread] = {}  # background builds started by `load_soon`
 _warned: set[str] = set()
 _sources: dict[str, NativeSource] = {}
 _open_libraries: list[int] = []  # descriptors of the loaded libraries (see `_load`)
@@ -221,6 +221,12 @@ def cache_dir() -> Path | None:
         "ANYNUM_CACHE_DIR at a directory only you can write.",
     )
     return private
+
+
+def lasting(directory: Path) -> bool:
+    """Whether `directory` (from `cache_dir`) outlives this process: the configured cache, not
+    the private directory of this process that replaces an unsafe one."""
+    return directory == _configured_dir()[0]
 
 
 # --- how ---------------------------------------------------------------------------------------
@@ -378,35 +384,22 @@ def load(src: NativeSource) -> ctypes.CDLL | None:
         return _load(src)
 
 
-def load_soon(src: NativeSource) -> ctypes.CDLL | None:
-    """`src` loaded if that takes no compiler; otherwise None at once, while one background thread
-    builds it (what `load` does), so that a first call on a new machine never waits for the build.
+def build_request(request: dict[str, Any]) -> None:
+    """The detached builder's work: build one library into the cache, as `load` would, and exit.
 
-    Callers run their pure-torch path meanwhile (`building` says why the library is missing)
-    and pick the library up on a later call. Where it is in the cache already, or cannot be
-    built at all, this is `load`.
-
-    >>> src = NativeSource("doc_example", "int anynum_answer(void) { return 42; }")
-    >>> lib = load_soon(src) or load(src)  # the doctest waits for it
-    >>> lib is None or lib.anynum_answer() == 42
-    True
+    It checks the directory again (its own process could see another one), builds under the
+    same lock and writes the same verified files; a library another process built meanwhile
+    is left as it is. Any failure exits non-zero, and the process that asked builds it again
+    itself, with the warning that says why.
     """
-    directory = cache_dir()
-    if directory is None or compiler(src.language) is None or library_path(src, directory).exists():
-        return load(src)  # fast: a verified load, or a None with its warning
-    with _LOCK:
-        builder = _builders.get(src.name)
-        if builder is None:
-            builder = threading.Thread(target=load, args=(src,), name=f"anynum-build-{src.name}", daemon=True)
-            _builders[src.name] = builder
-            builder.start()
-    return None if builder.is_alive() else load(src)  # a finished build: its result (or None)
-
-
-def building(src: NativeSource) -> bool:
-    """Whether a background build of `src` started by `load_soon` is still running."""
-    builder = _builders.get(src.name)
-    return builder is not None and builder.is_alive()
+    source = request["source"]
+    src = NativeSource(source["name"], source["source"], tuple(source["flags"]), source["language"],
+                       tuple(source["libraries"]))
+    lib = Path(request["library"])
+    why = check_private_dir(lib.parent)
+    if why is not None:
+        raise SystemExit(why)
+    os.close(_built(src, request["compiler"], lib))
 
 
 def _after_fork() -> None:
@@ -414,7 +407,6 @@ def _after_fork() -> None:
     global _LOCK
     _LOCK = threading.Lock()
     _LOCKS.clear()
-    _builders.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -434,17 +426,7 @@ def _load(src: NativeSource) -> ctypes.CDLL | None:
             if cc is None:
                 variable, names, _, _ = _LANGUAGES[src.language]
                 raise FileNotFoundError(f"no {src.language} compiler found (${variable}, {', '.join(names)})")
-            lock = lib.with_suffix(".lock")
-            with _locked(lock):  # one builder at a time, across processes
-                fd = _open_verified(lib)  # another process may have built it meanwhile
-                if fd is None:
-                    data = _compile(src, cc)
-                    _write_atomic(lib, data)
-                    record = {"sha256": hashlib.sha256(data).hexdigest(), "name": src.name}
-                    _write_atomic(_manifest_path(lib), json.dumps(record).encode())
-                    fd = _open_verified(lib)
-            if fd is None:
-                raise OSError(f"{lib} did not verify right after it was built")
+            fd = _built(src, cc, lib)
         # The descriptor stays open for the life of the process: dlopen knows a library by its
         # path, and a reused /proc/self/fd/N would otherwise name an earlier library.
         try:
@@ -461,6 +443,23 @@ def _load(src: NativeSource) -> ctypes.CDLL | None:
             f"({type(exc).__name__}: {exc}); using the pure-torch paths (set ANYNUM_COMPILE=0 to silence).",
         )
         return None
+
+
+def _built(src: NativeSource, cc: str, lib: Path) -> int:
+    """A verified descriptor of `lib`, which is built first (once, under its lock) where it must be."""
+    fd = _open_verified(lib)
+    if fd is None:
+        with _locked(lib.with_suffix(".lock")):  # one builder at a time, across processes
+            fd = _open_verified(lib)  # another process may have built it meanwhile
+            if fd is None:
+                data = _compile(src, cc)
+                _write_atomic(lib, data)
+                record = {"sha256": hashlib.sha256(data).hexdigest(), "name": src.name}
+                _write_atomic(_manifest_path(lib), json.dumps(record).encode())
+                fd = _open_verified(lib)
+    if fd is None:
+        raise OSError(f"{lib} did not verify right after it was built")
+    return fd
 
 
 # --- torch.compile's cache ---------------------------------------------------------------------

@@ -41,7 +41,8 @@ import torch
 from anynum.kernels.ckernel import native_kernel, refine_undecided
 from anynum.kernels.clib import building_library, library_soon
 from anynum.kernels.cparams import CallParams
-from anynum.kernels.nativelib import NativeSource, building, load, load_soon
+from anynum.kernels.nativelib import NativeSource, load
+from anynum.kernels.nativesoon import building, load_soon
 from anynum.kernels.route import Call, Plan
 from anynum.rounding import CounterRandom
 
