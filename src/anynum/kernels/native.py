@@ -67,8 +67,16 @@ def float32_cast_dtype(fmt: Format, mode: Rounding, overflow: str) -> torch.dtyp
     """
     if mode is not Rounding.NEAREST_EVEN:
         return None
-    dtype = _candidates().get((fmt, overflow))
-    return dtype if dtype is not None and cast_agrees(fmt, overflow, dtype) else None
+    key = (fmt, overflow)
+    try:
+        return _decided[key]  # one hash of the format per call, as before the probe
+    except KeyError:
+        dtype = _candidates().get(key)
+        _decided[key] = dtype if dtype is not None and cast_agrees(fmt, overflow, dtype) else None
+        return _decided[key]
+
+
+_decided: dict[tuple[Format, str], torch.dtype | None] = {}  # float32_cast_dtype's answers
 
 
 #: Low 16 bits joined to every high half: float16's ties (bit 12) with either parity of its
