@@ -348,6 +348,19 @@ def _wait_for(done: Callable[[], bool], seconds: float = 120) -> None:
     assert done()
 
 
+def _zombie_children() -> list[int]:
+    """This process's children that have exited and not been waited for (Linux's /proc)."""
+    zombies = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process has gone meanwhile
+            continue
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            zombies.append(int(stat_file.parent.name))
+    return zombies
+
+
 def test_load_soon_builds_in_the_background(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No caller waits for a first build: None at once, one background build, then the library;
     with the library in the cache, no build at all."""
@@ -355,9 +368,14 @@ def test_load_soon_builds_in_the_background(tmp_path: Path, monkeypatch: pytest.
     src = NativeSource(f"test_soon_{os.getpid()}", "int anynum_answer(void) { return 7; }")
     assert nativesoon.load_soon(src) is None  # gcc takes far longer than starting a process
     assert nativesoon.building(src)
-    _wait_for(lambda: not nativesoon.building(src))
+    if Path("/proc/self/stat").exists():
+        _wait_for(lambda: bool(_zombie_children()))  # the builder has exited, and no one has asked since
+    else:
+        _wait_for(lambda: not nativesoon.building(src))
     lib = nativesoon.load_soon(src)
-    assert lib is not None and lib.anynum_answer() == 7 and not nativesoon.building(src)
+    assert lib is not None and lib.anynum_answer() == 7
+    assert _zombie_children() == []  # the finished builder was reaped when its library loaded
+    assert not nativesoon.building(src)
     # another process finds it in the cache: loaded on the spot, no build
     code = textwrap.dedent(
         f"""
@@ -447,6 +465,21 @@ def test_router_runs_the_reference_while_the_library_builds(monkeypatch: pytest.
     monkeypatch.setattr(ckernel, "building_library", lambda: True)
     monkeypatch.setattr(ckernel, "native_round", lambda *a, **k: pytest.fail("the C kernel ran"))
     monkeypatch.setattr(fused, "fused_round", lambda *a, **k: pytest.fail("the compiled route ran"))
+    threads_seen: list[int] = []
+    round_reference = ckernel.round_reference
+
+    def reference(*args: object) -> torch.Tensor:  # the reference, on one core fewer than torch's
+        threads_seen.append(torch.get_num_threads())
+        return round_reference(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ckernel, "round_reference", reference)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)  # any count above one: the compiler's core is taken from it
+    try:
+        an.quantize(torch.randn(100), an.E4M3FN, "rz")
+    finally:
+        torch.set_num_threads(threads)
+    assert threads_seen == [2]
     x = torch.randn(1 << 20)
     for fmt in (an.E4M3FN, an.Posit(16, 1), an.NVFP4):
         for mode in (Rounding.NEAREST_EVEN, Rounding.STOCHASTIC):

@@ -23,7 +23,8 @@ It covers CPU calls while ``ANYNUM_COMPILE`` is not "0", with counter-based rand
 where the library cannot be built (no C compiler) it declines at run time, with nativelib's
 one-time warning, and the router's next kernel runs. While the library's first build on a
 machine runs in the background (`anynum.kernels.clib.library_soon`), it runs the eager
-reference itself, so no call waits for a compiler.
+reference itself, on one thread fewer than torch's (`beside_the_compiler`), so no call waits
+for a compiler.
 
 >>> import torch, anynum as an
 >>> an.quantize(torch.tensor([0.3, -500.0, 3.0]), an.E4M3FN, "rz").tolist()
@@ -33,8 +34,10 @@ reference itself, so no call waits for a compiler.
 from __future__ import annotations
 
 import array
+import contextlib
 import ctypes
 import functools
+from collections.abc import Iterator
 
 import torch
 
@@ -46,10 +49,43 @@ from anynum.kernels.route import Call, Direct, Kernel, can_write_while_reading, 
 from anynum.kernels.settings import compile_mode
 from anynum.rounding import RandomSource, Rounding
 
-__all__ = ["NativeKernel", "native_kernel", "native_round", "native_round_each", "refine_undecided"]
+__all__ = [
+    "NativeKernel",
+    "beside_the_compiler",
+    "native_kernel",
+    "native_round",
+    "native_round_each",
+    "refine_undecided",
+]
 
 _MASK64 = (1 << 64) - 1
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@contextlib.contextmanager
+def beside_the_compiler() -> Iterator[None]:
+    """torch's intra-op threads one fewer for the block's duration (at least one): room for the
+    compiler of a background build, which holds one core.
+
+    Without it, a torch op whose threads outnumber the free cores waits at its end for the
+    thread the compiler displaced, a scheduler time slice per op: the reference's first
+    calls at 4M elements took 6-11 s each on 2 cores during the build, and 0.03-0.2 s with it.
+    The compiler keeps its core and its priority, so the build is not slowed by the calls
+    (a niced compiler under a busy loop of calls took 302 s instead of about 35 s).
+
+    >>> threads = torch.get_num_threads()
+    >>> with beside_the_compiler():
+    ...     torch.get_num_threads() == max(1, threads - 1)
+    True
+    >>> torch.get_num_threads() == threads
+    True
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads - 1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @functools.lru_cache(maxsize=256)
@@ -274,7 +310,8 @@ class NativeKernel(Kernel):
         if library_soon() is None and building_library():
             # the first build on this machine runs in the background: the reference meanwhile
             # (the same bits), rather than the compiled route, whose own compile would stall
-            return round_reference(call, x, rng)
+            with beside_the_compiler():
+                return round_reference(call, x, rng)
         return native_round(params, call, x, rng, out)
 
     def direct(self, call: Call) -> Direct | None:

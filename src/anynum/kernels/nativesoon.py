@@ -50,6 +50,7 @@ def load_soon(src: NativeSource) -> ctypes.CDLL | None:
     directory = nativelib.cache_dir()
     cc = None if directory is None else nativelib.compiler(src.language)
     if directory is None or cc is None or nativelib.library_path(src, directory).exists():
+        _forget_finished(src.name)
         return nativelib.load(src)  # fast: a verified load, or a None with its warning
     with _LOCK:
         builder = _builders.get(src.name)
@@ -68,6 +69,15 @@ def building(src: NativeSource) -> bool:
     """Whether a background build of `src` started by `load_soon` is still running."""
     builder = _builders.get(src.name)
     return builder is not None and _running(builder)
+
+
+def _forget_finished(name: str) -> None:
+    """Drops a build that has finished; a detached builder's exit status is collected here (which
+    `subprocess` does on a poll), or it would stay in the process table until this process ends."""
+    with _LOCK:
+        builder = _builders.get(name)
+        if builder is not None and not _running(builder):
+            del _builders[name]
 
 
 def _running(builder: threading.Thread | subprocess.Popen[bytes]) -> bool:
