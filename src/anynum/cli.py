@@ -243,6 +243,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    from anynum.experiments.nativebuild import build_all
+
+    return 1 if build_all(lambda line: print(line, flush=True)) else 0
+
+
 def _command(args: argparse.Namespace) -> str:
     import shlex
 
@@ -362,6 +368,9 @@ def _parser() -> argparse.ArgumentParser:
     pfa = sub.add_parser("faults", help="accuracy against bit error rate, per format and field")
     _fault_arguments(pfa)
     pfa.set_defaults(func=_cmd_faults)
+    sub.add_parser("build", help="build the native libraries now (else a first run does)").set_defaults(
+        func=_cmd_build
+    )
     pb = sub.add_parser("bench", help="quantization speed against native casts and peers")
     pb.add_argument("--sizes", type=int, nargs="+", default=[4096, 1 << 16, 1 << 20, 1 << 22, 1 << 24])
     pb.add_argument("--repeats", type=int, default=7)

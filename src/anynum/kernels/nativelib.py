@@ -101,7 +101,7 @@ class NativeSource:
 
 
 def registered_sources() -> list[NativeSource]:
-    """Every `NativeSource` defined so far in this process (importing `anynum.kernels` defines them all)."""
+    """Every `NativeSource` defined so far in this process (each is defined where its module is imported)."""
     return list(_sources.values())
 
 
