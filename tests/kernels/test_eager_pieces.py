@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import anynum as an
+from anynum.formats.block import UE4M3
 from anynum.kernels import eager
 from anynum.kernels.eager import EagerKernel, round_to_format, working_dtype
 from anynum.kernels.route import Call
@@ -111,9 +112,6 @@ def test_pieces_are_used_and_the_whole_path_stays_where_it_must(
         calls.clear()
         in_pieces(an.E4M3FN, Rounding.STOCHASTIC, x_, rng, None)
         assert calls == [x_.numel()]  # one call: the whole tensor
-    calls.clear()
-    in_pieces(an.MXFP8_E4M3, Rounding.NEAREST_EVEN, torch.randn(4, 1024), None, None)
-    assert calls == [4096]  # blocks share their scale: never cut
 
 
 def test_the_default_piece_and_a_large_call() -> None:
@@ -122,3 +120,73 @@ def test_the_default_piece_and_a_large_call() -> None:
     rng = CounterRandom(9)
     want = whole(an.E5M2, Rounding.STOCHASTIC, x, rng, None)
     assert torch.equal(in_pieces(an.E5M2, Rounding.STOCHASTIC, x, rng, None), want)
+
+
+#: Block formats cut into whole blocks: the MX presets (axis -1), a positive axis, a flattened
+#: one, and "amax" scales in E4M3 (NVFP4's rule without its tensor scale).
+BLOCKS = [
+    an.MXFP8_E4M3,
+    an.MXFP4_E2M1,
+    an.MXINT8,
+    an.Block(an.E2M1, 16, axis=1),
+    an.Block(an.FixedPoint(4, 3), 8, axis=None),
+    an.Block(an.E2M1, 16, scale=UE4M3, scale_rule="amax"),
+]
+ROWS, COLS = 6, 640  # 3,840 elements: pieces of 992 (31 blocks of 32) or 992 (62 of 16)
+
+
+def block_inputs(dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(ROWS, COLS, generator=g, dtype=torch.float64) * 3
+    x[:, ::9] *= 1e-3  # blocks with a wide range: elements far below the block's largest
+    x[0, 5], x[2, 100], x[4, 639] = float("nan"), float("inf"), -0.0
+    x[5, 32:64] = 0.0  # an all-zero block
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("fmt", BLOCKS, ids=repr)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_block_formats_in_whole_blocks_are_the_whole_reference(
+    fmt: an.Block, dtype: torch.dtype, small_pieces: int, cn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = eager.round_to_format
+
+    def counting(fmt_, x, *args):  # type: ignore[no-untyped-def]
+        calls.append(x.numel())
+        return real(fmt_, x, *args)
+
+    x = block_inputs(dtype)
+    for mode in Rounding:
+        for rand_bits in (None, 3) if mode is Rounding.STOCHASTIC else (None,):
+            rng = CounterRandom(7) if mode.is_stochastic else None
+            want = whole(fmt, mode, x, rng, rand_bits)
+            with monkeypatch.context() as m:
+                m.setattr(eager, "round_to_format", counting)
+                calls.clear()
+                got = in_pieces(fmt, mode, x, rng, rand_bits)
+            assert len(calls) == 4 and sum(calls) == x.numel(), calls  # cut, at block boundaries
+            cn.assert_same(got, want, x, (fmt, mode.name, rand_bits, dtype))
+
+
+def test_block_formats_stay_whole_where_a_cut_would_change_them(
+    small_pieces: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = eager.round_to_format
+
+    def counting(fmt, x, *args):  # type: ignore[no-untyped-def]
+        calls.append(x.numel())
+        return real(fmt, x, *args)
+
+    monkeypatch.setattr(eager, "round_to_format", counting)
+    cases = [
+        (an.NVFP4, torch.randn(ROWS, COLS)),  # a scale of the whole tensor
+        (an.MXFP8_E4M3, torch.randn(ROWS, 650)),  # each row's last block padded
+        (an.Block(an.E2M1, 16, axis=0), torch.randn(640, ROWS)),  # blocks across rows
+        (an.Block(an.E2M1, None), torch.randn(ROWS, COLS)),  # one block per row
+    ]
+    for fmt, x in cases:
+        calls.clear()
+        in_pieces(fmt, Rounding.STOCHASTIC, x, CounterRandom(1), None)
+        assert calls == [x.numel()], fmt

@@ -17,6 +17,7 @@ import torch
 
 from anynum._bits import layout
 from anynum.formats.base import Format
+from anynum.formats.block import Block
 from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FloatFormat
 from anynum.formats.posit import Posit
@@ -191,6 +192,28 @@ EAGER_PIECE = 1 << 16
 _ELEMENTWISE = (FloatFormat, UniformFormat, Posit, Table)
 
 
+def _pieces(fmt: Format, x: torch.Tensor) -> tuple[int, tuple[int, ...]] | None:
+    """(elements per piece, the shape a whole piece is rounded in) where `x` may be rounded piece
+    by piece, else None. Blocks may, where their elements are one run of whole blocks in memory
+    order (the blocked axis last, or the tensor flattened, with no padding) and no scale is the
+    whole tensor's (NVFP4's): the pieces then end on block boundaries, and an element's random
+    bits are addressed by its index in that run, as in the whole tensor."""
+    if isinstance(fmt, _ELEMENTWISE):
+        return EAGER_PIECE, (-1,)
+    if not isinstance(fmt, Block) or fmt.tensor_scale is not None or not fmt.block_size or x.dim() == 0:
+        return None
+    size = fmt.block_size
+    shape: tuple[int, ...]
+    if fmt.axis is None:
+        run, shape = x.numel(), (-1,)
+    elif fmt.resolve_axis(x.dim()) == x.dim() - 1:
+        run, shape = x.shape[-1], (-1,) if x.dim() == 1 else (*([1] * (x.dim() - 2)), -1, size)
+    else:
+        return None
+    piece = EAGER_PIECE - EAGER_PIECE % size
+    return (piece, shape) if run % size == 0 and piece else None
+
+
 class _Shifted(RandomSource):
     """The bits of `base` for elements `offset` on: a piece draws what the whole tensor would."""
 
@@ -208,9 +231,10 @@ def round_reference(call: Call, x: torch.Tensor, rng: RandomSource | None) -> to
     """`round_to_format` for `call` on `x` in the working dtype, as a new tensor of x's dtype.
 
     A contiguous CPU tensor of an elementwise format larger than `EAGER_PIECE` is rounded piece
-    by piece, each piece drawing the whole tensor's bits for its elements (counter-based
-    streams only: any other `RandomSource` gets the whole tensor, as its bits need not be a
-    function of the index alone); the result is the same, bit for bit. NaN, inf and saturation
+    by piece (one of a block format in whole blocks, where `_pieces` allows), each piece
+    drawing the whole tensor's bits for its elements (counter-based streams only: any other
+    `RandomSource` gets the whole tensor, as its bits need not be a function of the index
+    alone); the result is the same, bit for bit. NaN, inf and saturation
     as `round_to_format`.
 
     >>> import anynum as an
@@ -219,23 +243,22 @@ def round_reference(call: Call, x: torch.Tensor, rng: RandomSource | None) -> to
     [0.3125, 448.0, nan]
     """
     wdt = working_dtype(call.fmt, x.dtype)
-    n, piece = x.numel(), EAGER_PIECE
+    n = x.numel()
+    pieces = _pieces(call.fmt, x) if x.is_cpu and x.is_contiguous() else None
     if (
-        n <= piece
-        or not x.is_cpu
-        or not x.is_contiguous()
-        or not isinstance(call.fmt, _ELEMENTWISE)
+        pieces is None
+        or n <= pieces[0]
         or not (rng is None or type(rng) is CounterRandom)
     ):
         return round_to_format(call.fmt, x.to(wdt), call.mode, call.overflow, rng, call.rand_bits).to(x.dtype)
-    flat, y = x.view(-1), torch.empty_like(x)
+    (piece, shape), flat, y = pieces, x.view(-1), torch.empty_like(x)
     flat_y = y.view(-1)
     for start in range(0, n, piece):
-        part = flat[start : start + piece].to(wdt)
+        part = flat[start : start + piece].to(wdt).view(shape)
         bits = None if rng is None else _Shifted(rng, start)
         flat_y[start : start + piece] = round_to_format(
             call.fmt, part, call.mode, call.overflow, bits, call.rand_bits
-        )
+        ).view(-1)
     return y
 
 
