@@ -13,8 +13,8 @@ GCC and Clang both vectorise every element loop (one loop per mode, branch-free 
 `library` returns the loaded library, or None (with nativelib's one-time warning) where it
 cannot be built; the kernels then decline and the router's other kernels run. The router
 asks `library_soon`, which does not wait for a first build: on a machine without the
-library in its cache, calls run the eager reference (the same bits) while a background
-thread compiles it (about 15 s), then switch to it.
+library in its cache, calls run the eager reference (the same bits) while a detached process
+compiles it (`anynum.kernels.nativesoon`; about 40 s of GCC), then switch to it.
 
 >>> lib = library()
 >>> lib is None or lib.anynum_call_size() > 0
