@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,19 @@ def test_every_library_the_project_has_is_asked_for(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(nativelib, "load", load)
     assert nativebuild.build_all(lambda line: None) == 0
     assert {"anynum_round", "anynum_pairop", "mc", "emulate_seqdot", "diagnose_stats"} <= set(asked)
+
+
+def test_a_library_that_fails_its_check_is_built_again_and_says_so(one_source: NativeSource) -> None:
+    """A cached file whose hash no longer matches its manifest is not "in the cache": it is rebuilt."""
+    code = (
+        "import sys\nfrom anynum.kernels.nativelib import NativeSource, load\n"
+        f"sys.exit(load(NativeSource({one_source.name!r}, {one_source.source!r})) is None)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)  # built by another process
+    directory = nativelib.cache_dir()
+    assert directory is not None
+    lib = nativelib.library_path(one_source, directory)
+    lib.write_bytes(lib.read_bytes() + b"\0")  # no longer the bytes the manifest records
+    lines: list[str] = []
+    assert nativebuild.build_all(lines.append) == 0
+    assert lines[1].startswith(f"  {one_source.name}: built in ")

@@ -16,6 +16,7 @@ import pkgutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 __all__ = ["build_all"]
 
@@ -46,12 +47,20 @@ def build_all(say: Callable[[str], object] = print) -> int:
         return 1
     say(f"native libraries, cache {directory}:")
 
+    def file_id(path: Path) -> tuple[int, int] | None:  # a build replaces the file: a new inode
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
     def one(src: nativelib.NativeSource) -> bool:
-        cached = nativelib.library_path(src, directory).exists()
-        t0 = time.perf_counter()
+        lib = nativelib.library_path(src, directory)
+        before, t0 = file_id(lib), time.perf_counter()
         ok = nativelib.load(src) is not None
         took = time.perf_counter() - t0
-        state = "not built" if not ok else "in the cache" if cached and took < 1 else f"built in {took:.1f} s"
+        cached = before is not None and file_id(lib) == before  # and verified: load checked it
+        state = "not built" if not ok else "in the cache" if cached else f"built in {took:.1f} s"
         say(f"  {src.name}: {state}")
         return ok
 
