@@ -35,6 +35,20 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
     return 1_000
 
 
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the tensors the reference rounds (one per piece), in order."""
+    sizes: list[int] = []
+    real = eager.round_to_format
+
+    def counting(fmt, x, *args):  # type: ignore[no-untyped-def]
+        sizes.append(x.numel())
+        return real(fmt, x, *args)
+
+    monkeypatch.setattr(eager, "round_to_format", counting)
+    return sizes
+
+
 def whole(
     fmt: an.Format, mode: Rounding, x: torch.Tensor, rng: RandomSource | None, rand_bits: int | None
 ) -> torch.Tensor:
@@ -89,17 +103,7 @@ def test_a_tie_refined_in_a_later_piece(small_pieces: int, cn: Any) -> None:
     assert not torch.equal(alone, want[start : start + small_pieces])
 
 
-def test_pieces_are_used_and_the_whole_path_stays_where_it_must(
-    small_pieces: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[int] = []
-    real = eager.round_to_format
-
-    def counting(fmt, x, *args):  # type: ignore[no-untyped-def]
-        calls.append(x.numel())
-        return real(fmt, x, *args)
-
-    monkeypatch.setattr(eager, "round_to_format", counting)
+def test_pieces_are_used_and_the_whole_path_stays_where_it_must(small_pieces: int, calls: list[int]) -> None:
     x = torch.randn(N)
     in_pieces(an.E4M3FN, Rounding.STOCHASTIC, x, CounterRandom(1), None)
     assert calls == [1_000, 1_000, 1_000, 500]
@@ -147,39 +151,20 @@ def block_inputs(dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("fmt", BLOCKS, ids=repr)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
 def test_block_formats_in_whole_blocks_are_the_whole_reference(
-    fmt: an.Block, dtype: torch.dtype, small_pieces: int, cn: Any, monkeypatch: pytest.MonkeyPatch
+    fmt: an.Block, dtype: torch.dtype, small_pieces: int, cn: Any, calls: list[int]
 ) -> None:
-    calls: list[int] = []
-    real = eager.round_to_format
-
-    def counting(fmt_, x, *args):  # type: ignore[no-untyped-def]
-        calls.append(x.numel())
-        return real(fmt_, x, *args)
-
     x = block_inputs(dtype)
     for mode in Rounding:
         for rand_bits in (None, 3) if mode is Rounding.STOCHASTIC else (None,):
             rng = CounterRandom(7) if mode.is_stochastic else None
             want = whole(fmt, mode, x, rng, rand_bits)
-            with monkeypatch.context() as m:
-                m.setattr(eager, "round_to_format", counting)
-                calls.clear()
-                got = in_pieces(fmt, mode, x, rng, rand_bits)
+            calls.clear()
+            got = in_pieces(fmt, mode, x, rng, rand_bits)
             assert len(calls) == 4 and sum(calls) == x.numel(), calls  # cut, at block boundaries
             cn.assert_same(got, want, x, (fmt, mode.name, rand_bits, dtype))
 
 
-def test_block_formats_stay_whole_where_a_cut_would_change_them(
-    small_pieces: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[int] = []
-    real = eager.round_to_format
-
-    def counting(fmt, x, *args):  # type: ignore[no-untyped-def]
-        calls.append(x.numel())
-        return real(fmt, x, *args)
-
-    monkeypatch.setattr(eager, "round_to_format", counting)
+def test_block_formats_stay_whole_where_a_cut_would_change_them(small_pieces: int, calls: list[int]) -> None:
     cases = [
         (an.NVFP4, torch.randn(ROWS, COLS)),  # a scale of the whole tensor
         (an.MXFP8_E4M3, torch.randn(ROWS, 650)),  # each row's last block padded
