@@ -41,13 +41,14 @@ def test_build_compiles_once_then_finds_it_in_the_cache(
         lines: list[str] = []
         assert nativebuild.build_all(lines.append) == 0
         assert lines[0].startswith("native libraries, cache ") and str(tmp_path / "cache") in lines[0]
-        assert lines[1].startswith(f"  {one_source.name}: built in ")
+        assert lines[1] == f"  {one_source.name}: building ..."
+        assert lines[2].startswith(f"  {one_source.name}: built in ")
         directory = nativelib.cache_dir()
         assert directory is not None and nativelib.library_path(one_source, directory).exists()
         assert len(log.read_text().split()) == 1  # one compiler run
         lines.clear()
         assert nativebuild.build_all(lines.append) == 0
-        assert lines[1] == f"  {one_source.name}: in the cache"
+        assert lines[1:] == [f"  {one_source.name}: in the cache"]
         assert len(log.read_text().split()) == 1  # and none the second time
     finally:
         nativelib.compiler.cache_clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +26,9 @@ def build_all(say: Callable[[str], object] = print) -> int:
     """Build every native library anynum uses into the private cache, waiting for each; the number
     of libraries that could not be built (each with nativelib's warning saying why).
 
-    `say` gets one line per library as it is done: built (and how long it took), already in the
-    cache, or not built. Where no private cache directory can be had, nothing is built.
+    `say` gets a line when a library's build starts, and one per library as it is done: built
+    (and how long it took), already in the cache, or not built. Where no private cache
+    directory can be had, nothing is built.
 
     >>> lines = []
     >>> failed = build_all(lines.append)  # builds what the cache lacks, and waits
@@ -55,14 +57,22 @@ def build_all(say: Callable[[str], object] = print) -> int:
             return None
         return st.st_ino, st.st_mtime_ns
 
+    lock = threading.Lock()  # one line at a time from the builds' threads
+
+    def tell(line: str) -> None:
+        with lock:
+            say(line)
+
     def one(src: nativelib.NativeSource) -> bool:
         lib = nativelib.library_path(src, directory)
         before, t0 = file_id(lib), time.perf_counter()
+        if before is None:
+            tell(f"  {src.name}: building ...")  # its result, seconds later, is a line of its own
         ok = nativelib.load(src) is not None
         took = time.perf_counter() - t0
         cached = before is not None and file_id(lib) == before  # and verified: load checked it
         state = "not built" if not ok else "in the cache" if cached else f"built in {took:.1f} s"
-        say(f"  {src.name}: {state}")
+        tell(f"  {src.name}: {state}")
         return ok
 
     sources = nativelib.registered_sources()
