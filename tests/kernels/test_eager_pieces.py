@@ -37,15 +37,25 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sizes of the tensors the reference rounds (one per piece), in order."""
+    """The sizes of the tensors the reference rounds (one per piece), in order, by
+    `round_to_format` or by the piece rounder a format registers (`eager.piece_rounder`)."""
     sizes: list[int] = []
-    real = eager.round_to_format
 
-    def counting(fmt, x, *args):  # type: ignore[no-untyped-def]
-        sizes.append(x.numel())
-        return real(fmt, x, *args)
+    def counted(kernel):  # type: ignore[no-untyped-def]
+        def counting(fmt, x, *args):  # type: ignore[no-untyped-def]
+            sizes.append(x.numel())
+            return kernel(fmt, x, *args)
 
-    monkeypatch.setattr(eager, "round_to_format", counting)
+        return counting
+
+    real_rounder = eager.piece_rounder
+
+    def rounder(fmt, x):  # type: ignore[no-untyped-def]
+        kernel = real_rounder(fmt, x)
+        return None if kernel is None else counted(kernel)
+
+    monkeypatch.setattr(eager, "round_to_format", counted(eager.round_to_format))
+    monkeypatch.setattr(eager, "piece_rounder", rounder)
     return sizes
 
 
@@ -127,7 +137,8 @@ def test_the_default_piece_and_a_large_call() -> None:
 
 
 #: Block formats cut into whole blocks: the MX presets (axis -1), a positive axis, a flattened
-#: one, and "amax" scales in E4M3 (NVFP4's rule without its tensor scale).
+#: one, "amax" scales in E4M3 (NVFP4's rule without its tensor scale), and NVFP4 with its tensor
+#: scale, along rows and flattened.
 BLOCKS = [
     an.MXFP8_E4M3,
     an.MXFP4_E2M1,
@@ -135,6 +146,8 @@ BLOCKS = [
     an.Block(an.E2M1, 16, axis=1),
     an.Block(an.FixedPoint(4, 3), 8, axis=None),
     an.Block(an.E2M1, 16, scale=UE4M3, scale_rule="amax"),
+    an.NVFP4,
+    an.Block(an.E2M1, 16, scale=UE4M3, scale_rule="amax", tensor_scale=an.FP32, axis=None),
 ]
 ROWS, COLS = 6, 640  # 3,840 elements: pieces of 992 (31 blocks of 32) or 992 (62 of 16)
 
@@ -166,7 +179,6 @@ def test_block_formats_in_whole_blocks_are_the_whole_reference(
 
 def test_block_formats_stay_whole_where_a_cut_would_change_them(small_pieces: int, calls: list[int]) -> None:
     cases = [
-        (an.NVFP4, torch.randn(ROWS, COLS)),  # a scale of the whole tensor
         (an.MXFP8_E4M3, torch.randn(ROWS, 650)),  # each row's last block padded
         (an.Block(an.E2M1, 16, axis=0), torch.randn(640, ROWS)),  # blocks across rows
         (an.Block(an.E2M1, None), torch.randn(ROWS, COLS)),  # one block per row
@@ -175,3 +187,24 @@ def test_block_formats_stay_whole_where_a_cut_would_change_them(small_pieces: in
         calls.clear()
         in_pieces(fmt, Rounding.STOCHASTIC, x, CounterRandom(1), None)
         assert calls == [x.numel()], fmt
+
+
+@pytest.mark.parametrize("where", [(0, 3), (5, 600)], ids=["first piece", "last piece"])
+def test_nvfp4_pieces_take_the_whole_tensors_scale(
+    where: tuple[int, int], small_pieces: int, cn: Any, calls: list[int]
+) -> None:
+    """The tensor's largest element sits in one piece: every other piece must still be rounded
+    with the scale it sets (a piece's own amax gives another scale, and other values)."""
+    x = block_inputs(torch.float32)
+    x[where] = 5e3
+    for mode in (Rounding.NEAREST_EVEN, Rounding.STOCHASTIC):
+        rng = CounterRandom(3) if mode.is_stochastic else None
+        want = whole(an.NVFP4, mode, x, rng, None)
+        calls.clear()
+        got = in_pieces(an.NVFP4, mode, x, rng, None)
+        assert len(calls) == 4, calls
+        cn.assert_same(got, want, x, mode.name)
+    # the check has teeth: a piece without that element, rounded on its own, comes out otherwise
+    far = slice(992, 1984) if where[0] == 0 else slice(0, 992)
+    alone = whole(an.NVFP4, Rounding.NEAREST_EVEN, x.view(-1)[far].view(-1, 16), None, None).view(-1)
+    assert not torch.equal(alone, whole(an.NVFP4, Rounding.NEAREST_EVEN, x, None, None).view(-1)[far])

@@ -41,7 +41,7 @@ from anynum.formats.base import Format
 from anynum.formats.block import Block, BlockCodes
 from anynum.formats.fixed import UniformFormat
 from anynum.formats.floating import FloatFormat
-from anynum.kernels.eager import round_to_format, working_dtype
+from anynum.kernels.eager import PieceRounder, piece_rounder, round_to_format, working_dtype
 from anynum.kernels.route import decode_codes
 from anynum.rounding import RandomSource, Rounding
 
@@ -250,6 +250,19 @@ def _per_element(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 # --- the kernel --------------------------------------------------------------------------------------
 
 
+def _tensor_scale(fmt: Block, x: torch.Tensor) -> torch.Tensor:
+    """The second scale of the "amax" rule (NVFP4's): the largest finite magnitude of all of `x`
+    over element.max * scale.max, rounded up into the tensor-scale format; 1 where no element is
+    finite and nonzero. Any float dtype of x gives the same float64 scale."""
+    assert fmt.tensor_scale is not None
+    f64 = torch.float64
+    a = x.abs()
+    finite = torch.where(a < torch.inf, a, 0.0)
+    amax_t = finite.amax().to(f64) if finite.numel() else torch.zeros((), dtype=f64)
+    tensor_scale = _round_up_quotient(amax_t, fmt.element.max * fmt.scale.max, fmt.tensor_scale)
+    return torch.where(amax_t > 0, tensor_scale, 1.0)
+
+
 def block_round(
     fmt: Block,
     x: torch.Tensor,
@@ -288,11 +301,7 @@ def block_round(
             sb = ldexp(torch.ones_like(amax, dtype=f64), k)
         else:  # "amax": amax / (element.max * tensor scale), rounded up into the scale format
             if fmt.tensor_scale is not None and tensor_scale is None:
-                a = xb.abs()
-                finite = torch.where(a < torch.inf, a, 0.0)
-                amax_t = finite.amax().to(f64) if finite.numel() else torch.zeros((), dtype=f64)
-                tensor_scale = _round_up_quotient(amax_t, element.max * fmt.scale.max, fmt.tensor_scale)
-                tensor_scale = torch.where(amax_t > 0, tensor_scale, 1.0)
+                tensor_scale = _tensor_scale(fmt, xb)
             den = element.max * (tensor_scale if tensor_scale is not None else 1.0)
             safe = torch.where(bad, 0.0, amax).to(f64)
             sb = _round_up_quotient(safe, den, fmt.scale)
@@ -335,6 +344,22 @@ def block_round(
     values = _from_blocks(fmt, yb.to(x.dtype), shape)
     elements = _from_blocks(fmt, r.to(f64).view(xb.shape), shape) if with_elements else None
     return BlockResult(values, elements, _scales_out(fmt, sb, ndim), tensor_scale)
+
+
+@piece_rounder.register
+def _block_pieces(fmt: Block, x: torch.Tensor) -> PieceRounder | None:
+    """Pieces of NVFP4-like blocks (an "amax" rule with a tensor scale) round with all of x's
+    tensor scale (`round_reference`)."""
+    if fmt.tensor_scale is None or fmt.scale_rule != "amax":
+        return None
+    scale = _tensor_scale(fmt, x)
+
+    def rounder(
+        _: Format, x: torch.Tensor, mode: Rounding, overflow: str, rng: RandomSource | None, bits: int | None
+    ) -> torch.Tensor:
+        return block_round(fmt, x, mode, overflow, rng, bits, tensor_scale=scale, with_elements=False).values
+
+    return rounder
 
 
 def saturate_to_dtype_needed(fmt: Block, overflow: str, dtype: torch.dtype) -> bool:

@@ -12,6 +12,7 @@ kernel is tested bit for bit against it.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -30,6 +31,7 @@ __all__ = [
     "EagerKernel",
     "apply_overflow",
     "float_grid_step",
+    "piece_rounder",
     "round_reference",
     "round_to_format",
     "working_dtype",
@@ -195,12 +197,12 @@ _ELEMENTWISE = (FloatFormat, UniformFormat, Posit, Table)
 def _pieces(fmt: Format, x: torch.Tensor) -> tuple[int, tuple[int, ...]] | None:
     """(elements per piece, the shape a whole piece is rounded in) where `x` may be rounded piece
     by piece, else None. Blocks may, where their elements are one run of whole blocks in memory
-    order (the blocked axis last, or the tensor flattened, with no padding) and no scale is the
-    whole tensor's (NVFP4's): the pieces then end on block boundaries, and an element's random
-    bits are addressed by its index in that run, as in the whole tensor."""
+    order (the blocked axis last, or the tensor flattened, with no padding): the pieces then end
+    on block boundaries, and an element's random bits are addressed by its index in that run, as
+    in the whole tensor. A scale of the whole tensor (NVFP4's) is fixed first (`piece_rounder`)."""
     if isinstance(fmt, _ELEMENTWISE):
         return EAGER_PIECE, (-1,)
-    if not isinstance(fmt, Block) or fmt.tensor_scale is not None or not fmt.block_size or x.dim() == 0:
+    if not isinstance(fmt, Block) or not fmt.block_size or x.dim() == 0:
         return None
     size = fmt.block_size
     shape: tuple[int, ...]
@@ -212,6 +214,22 @@ def _pieces(fmt: Format, x: torch.Tensor) -> tuple[int, tuple[int, ...]] | None:
         return None
     piece = EAGER_PIECE - EAGER_PIECE % size
     return (piece, shape) if run % size == 0 and piece else None
+
+
+#: A kernel with `round_to_format`'s arguments.
+PieceRounder = Callable[[Format, torch.Tensor, Rounding, str, RandomSource | None, int | None], torch.Tensor]
+
+
+@functools.singledispatch
+def piece_rounder(fmt: Format, x: torch.Tensor) -> PieceRounder | None:
+    """What rounds the pieces of `x` where part of `fmt`'s rule reads the whole tensor, with that
+    part computed from all of `x` first; None where `round_to_format` rounds a piece as the whole
+    tensor would. The block module registers NVFP4's tensor scale.
+
+    >>> piece_rounder(Posit(8, 0), torch.ones(3)) is None
+    True
+    """
+    return None
 
 
 class _Shifted(RandomSource):
@@ -231,11 +249,11 @@ def round_reference(call: Call, x: torch.Tensor, rng: RandomSource | None) -> to
     """`round_to_format` for `call` on `x` in the working dtype, as a new tensor of x's dtype.
 
     A contiguous CPU tensor of an elementwise format larger than `EAGER_PIECE` is rounded piece
-    by piece (one of a block format in whole blocks, where `_pieces` allows), each piece
-    drawing the whole tensor's bits for its elements (counter-based streams only: any other
-    `RandomSource` gets the whole tensor, as its bits need not be a function of the index
-    alone); the result is the same, bit for bit. NaN, inf and saturation
-    as `round_to_format`.
+    by piece (one of a block format in whole blocks, where `_pieces` allows, a scale of the whole
+    tensor computed first: `piece_rounder`), each piece drawing the whole tensor's bits for its
+    elements (counter-based streams only: any other `RandomSource` gets the whole tensor, as its
+    bits need not be a function of the index alone); the result is the same, bit for bit. NaN,
+    inf and saturation as `round_to_format`.
 
     >>> import anynum as an
     >>> call = Call(an.E4M3FN, Rounding.NEAREST_EVEN, "saturate", None, torch.float32, "cpu", None)
@@ -253,10 +271,11 @@ def round_reference(call: Call, x: torch.Tensor, rng: RandomSource | None) -> to
         return round_to_format(call.fmt, x.to(wdt), call.mode, call.overflow, rng, call.rand_bits).to(x.dtype)
     (piece, shape), flat, y = pieces, x.view(-1), torch.empty_like(x)
     flat_y = y.view(-1)
+    rounder = piece_rounder(call.fmt, x) or round_to_format
     for start in range(0, n, piece):
         part = flat[start : start + piece].to(wdt).view(shape)
         bits = None if rng is None else _Shifted(rng, start)
-        flat_y[start : start + piece] = round_to_format(
+        flat_y[start : start + piece] = rounder(
             call.fmt, part, call.mode, call.overflow, bits, call.rand_bits
         ).view(-1)
     return y
