@@ -94,6 +94,69 @@ def test_zeros_among_normals_stay_on_the_normal_branch(fmt: an.FloatFormat, dtyp
         cn.assert_same(got, want, x, (fmt.display_name(), mode.name, rb, overflow, dtype))
 
 
+#: Where a tiny input (nonzero, below the format's smallest normal) sits in the kernel's runs of
+#: 256 elements (loops.c BITS_RUN), among normal inputs: each end of a run and inside one; the
+#: third run's only tiny input is its last element, the fourth's its first (40 more fall in the
+#: first two runs and the short last one).
+_TINY_AT = [0, 1, 31, 32, 63, 200, 255, 256, 511, 767, 768]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("fmt", [an.E4M3FN, an.E5M2, an.BF16, an.E2M1, an.E4M3FNUZ], ids=repr)
+def test_tiny_inputs_among_normals(fmt: an.FloatFormat, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+    """Runs holding a few tiny inputs among normal ones (which take both of the loop's branches)
+    and runs of normal inputs and zeros alone round every element as the reference does, one and
+    two threads, in place too."""
+    g = torch.Generator().manual_seed(fmt.man_bits + 1)
+    n = 4 * 256 + 37  # whole runs and a short one
+    smallest = 2.0**fmt.emin
+    mag = smallest * 2.0 ** (torch.rand(n, generator=g, dtype=torch.float64) * (fmt.emax - fmt.emin))
+    x = mag * (1 + torch.rand(n, generator=g, dtype=torch.float64))
+    tiny = smallest * torch.rand(len(_TINY_AT) + 40, generator=g, dtype=torch.float64)
+    more = torch.randint(0, 512 + 37, (40,), generator=g)
+    where = torch.tensor(_TINY_AT + torch.where(more < 512, more, more - 512 + 1024).tolist())
+    x[where] = tiny
+    x[300:310] = 0.0  # zeros stay on the normal branch
+    x = torch.where(torch.rand(n, generator=g) < 0.5, -x, x).to(dtype)
+    assert bool(((x.abs() < smallest) & (x != 0)).sum() >= 40)
+    before = torch.get_num_threads()
+    try:
+        for (mode, rb), threads in itertools.product(ON_BITS_MODES, (1, 2)):
+            torch.set_num_threads(threads)
+            overflow = fmt.default_overflow
+            want = cn.reference(fmt, mode, overflow, rb, x)
+            cn.assert_same(cn.native(fmt, mode, overflow, rb, x), want, x, (mode.name, rb, threads))
+            inplace = x.clone()
+            cn.native(fmt, mode, overflow, rb, inplace, out=inplace)
+            cn.assert_same(inplace, want, x, (mode.name, rb, threads, "in place"))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_undecided_tiny_inputs_among_normals_are_handed_back(cn) -> None:  # type: ignore[no-untyped-def]
+    """Exact SR's undecided elements (a tiny input whose fraction ties its own 53-bit draw and has
+    one more bit) in runs of normal inputs: handed back untouched and counted, and the finished
+    result is the reference's."""
+    fmt, n = an.FP16, 1 << 12
+    step = 2.0 ** (fmt.emin - fmt.man_bits)
+    k = CounterRandom(7).bits_at(torch.arange(n), 53, 0)
+    x = 1.5 + torch.rand(n, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    tie = (torch.arange(n) % 97 == 5) & (k < (1 << 52))  # t = k + 1/2: undecided
+    x[tie] = (k[tie].double() + 0.5) * 2.0**-53 * step
+    x[1::2] = -x[1::2]
+    params = call_params(fmt, Rounding.STOCHASTIC, fmt.default_overflow, None, torch.float64)
+    lib = library()
+    assert params is not None and params.struct.f.on_bits == 1 and lib is not None
+    y = torch.empty_like(x)
+    base = CounterRandom(7).stream_base(0) & ((1 << 64) - 1)
+    und = lib.anynum_round(x.data_ptr(), y.data_ptr(), n, params.address, base, 1, None)
+    assert und == int(tie.sum()) > 15
+    assert torch.equal(y[tie], x[tie])
+    sr, overflow = Rounding.STOCHASTIC, fmt.default_overflow
+    want = cn.reference(fmt, sr, overflow, None, x, seed=7)
+    cn.assert_same(cn.native(fmt, sr, overflow, None, x, seed=7), want, x, "ties")
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_bits_path_on_half_inputs_every_pattern(dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
     x = torch.arange(1 << 16, dtype=torch.int64).to(torch.int16).view(dtype)
