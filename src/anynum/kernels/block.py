@@ -258,7 +258,7 @@ def _tensor_scale(fmt: Block, x: torch.Tensor) -> torch.Tensor:
     f64 = torch.float64
     a = x.abs()
     finite = torch.where(a < torch.inf, a, 0.0)
-    amax_t = finite.amax().to(f64) if finite.numel() else torch.zeros((), dtype=f64)
+    amax_t = finite.amax().to(f64) if finite.numel() else torch.zeros((), dtype=f64, device=x.device)
     tensor_scale = _round_up_quotient(amax_t, fmt.element.max * fmt.scale.max, fmt.tensor_scale)
     return torch.where(amax_t > 0, tensor_scale, 1.0)
 
@@ -349,15 +349,18 @@ def block_round(
 @piece_rounder.register
 def _block_pieces(fmt: Block, x: torch.Tensor) -> PieceRounder | None:
     """Pieces of NVFP4-like blocks (an "amax" rule with a tensor scale) round with all of x's
-    tensor scale (`round_reference`)."""
+    tensor scale (`round_reference`). The tensor scale is the only part of a block rule that reads
+    more than a block: `Block` refuses it with the floor/ceil/even rules, and "none" takes given
+    scales. A rule that read the whole tensor otherwise would need its part computed here too."""
     if fmt.tensor_scale is None or fmt.scale_rule != "amax":
         return None
     scale = _tensor_scale(fmt, x)
 
     def rounder(
-        _: Format, x: torch.Tensor, mode: Rounding, overflow: str, rng: RandomSource | None, bits: int | None
+        _: Format, piece: torch.Tensor, mode: Rounding, overflow: str, rng: RandomSource | None, r: int | None
     ) -> torch.Tensor:
-        return block_round(fmt, x, mode, overflow, rng, bits, tensor_scale=scale, with_elements=False).values
+        rounded = block_round(fmt, piece, mode, overflow, rng, r, tensor_scale=scale, with_elements=False)
+        return rounded.values
 
     return rounder
 

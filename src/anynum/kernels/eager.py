@@ -29,6 +29,7 @@ from anynum.rounding import CounterRandom, RandomSource, Rounding, round_scaled
 __all__ = [
     "EAGER_PIECE",
     "EagerKernel",
+    "PieceRounder",
     "apply_overflow",
     "float_grid_step",
     "piece_rounder",
@@ -226,8 +227,9 @@ def piece_rounder(fmt: Format, x: torch.Tensor) -> PieceRounder | None:
     part computed from all of `x` first; None where `round_to_format` rounds a piece as the whole
     tensor would. The block module registers NVFP4's tensor scale.
 
-    >>> piece_rounder(Posit(8, 0), torch.ones(3)) is None
-    True
+    >>> import anynum as an
+    >>> piece_rounder(an.NVFP4, torch.ones(32)) is not None, piece_rounder(an.MXFP8_E4M3, torch.ones(32))
+    (True, None)
     """
     return None
 
