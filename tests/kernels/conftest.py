@@ -102,6 +102,31 @@ def self_tie(n: int, seed: int) -> tuple[torch.Tensor, int]:
     return x, i
 
 
+def count_pieces(mp: pytest.MonkeyPatch) -> list[int]:
+    """Counts, while `mp` holds, the sizes of the tensors the eager reference rounds (one per piece),
+    in order, by `round_to_format` or by the piece rounder a format registers (`piece_rounder`)."""
+    from anynum.kernels import eager
+
+    sizes: list[int] = []
+
+    def counted(kernel):  # type: ignore[no-untyped-def]
+        def counting(fmt, part, *args):  # type: ignore[no-untyped-def]
+            sizes.append(part.numel())
+            return kernel(fmt, part, *args)
+
+        return counting
+
+    real_rounder = eager.piece_rounder
+
+    def rounder(fmt, whole):  # type: ignore[no-untyped-def]
+        kernel = real_rounder(fmt, whole)
+        return None if kernel is None else counted(kernel)
+
+    mp.setattr(eager, "round_to_format", counted(eager.round_to_format))
+    mp.setattr(eager, "piece_rounder", rounder)
+    return sizes
+
+
 class NativeCheck:
     """The comparisons of tests/kernels/test_ckernel*.py: native kernels against the eager reference."""
 
@@ -113,9 +138,10 @@ class NativeCheck:
     check = staticmethod(check)
     grid_inputs = staticmethod(grid_inputs)
     self_tie = staticmethod(self_tie)
+    count_pieces = staticmethod(count_pieces)
 
 
 @pytest.fixture(scope="session")
 def cn() -> type[NativeCheck]:
-    """`NativeCheck`: reference, native, check, assert_same, same, grid_inputs, self_tie."""
+    """`NativeCheck`: reference, native, check, assert_same, same, grid_inputs, self_tie, count_pieces."""
     return NativeCheck

@@ -36,26 +36,9 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sizes of the tensors the reference rounds (one per piece), in order, by
-    `round_to_format` or by the piece rounder a format registers (`eager.piece_rounder`)."""
-    sizes: list[int] = []
-
-    def counted(kernel):  # type: ignore[no-untyped-def]
-        def counting(fmt, x, *args):  # type: ignore[no-untyped-def]
-            sizes.append(x.numel())
-            return kernel(fmt, x, *args)
-
-        return counting
-
-    real_rounder = eager.piece_rounder
-
-    def rounder(fmt, x):  # type: ignore[no-untyped-def]
-        kernel = real_rounder(fmt, x)
-        return None if kernel is None else counted(kernel)
-
-    monkeypatch.setattr(eager, "round_to_format", counted(eager.round_to_format))
-    monkeypatch.setattr(eager, "piece_rounder", rounder)
+def calls(monkeypatch: pytest.MonkeyPatch, cn: Any) -> list[int]:
+    """The sizes of the tensors the reference rounds (one per piece), in order."""
+    sizes: list[int] = cn.count_pieces(monkeypatch)
     return sizes
 
 

@@ -243,25 +243,9 @@ def test_pieces_round_the_whole_tensors_bits(case: Case, cn: Any) -> None:
     want = round_to_format(fmt, x.to(working_dtype(fmt, x.dtype)), mode, overflow, rng, rand_bits)
     want = want.to(x.dtype)
 
-    sizes: list[int] = []  # the tensors the reference rounds, counted as tests/kernels/test_eager_pieces.py
-
-    def counted(kernel):  # type: ignore[no-untyped-def]
-        def counting(fmt, part, *args):  # type: ignore[no-untyped-def]
-            sizes.append(part.numel())
-            return kernel(fmt, part, *args)
-
-        return counting
-
-    real_rounder = eager.piece_rounder
-
-    def rounder(fmt, whole):  # type: ignore[no-untyped-def]
-        kernel = real_rounder(fmt, whole)
-        return None if kernel is None else counted(kernel)
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(eager, "EAGER_PIECE", case.piece)
-        mp.setattr(eager, "round_to_format", counted(eager.round_to_format))
-        mp.setattr(eager, "piece_rounder", rounder)
+        sizes: list[int] = cn.count_pieces(mp)  # the tensors the reference rounds, in order
         cut = eager._pieces(fmt, x) if x.is_contiguous() else None
         call = Call(fmt, mode, overflow, rand_bits, x.dtype, "cpu", "counter" if rng is not None else None)
         got = EagerKernel().round(call, x, rng, None)
