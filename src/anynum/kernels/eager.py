@@ -225,7 +225,8 @@ PieceRounder = Callable[[Format, torch.Tensor, Rounding, str, RandomSource | Non
 def piece_rounder(fmt: Format, x: torch.Tensor) -> PieceRounder | None:
     """What rounds the pieces of `x` where part of `fmt`'s rule reads the whole tensor, with that
     part computed from all of `x` first; None where `round_to_format` rounds a piece as the whole
-    tensor would. The block module registers NVFP4's tensor scale.
+    tensor would. The block module registers NVFP4's tensor scale, which NaN and ±inf elements do
+    not enter (their blocks come out NaN); NaN, inf and saturation otherwise as `round_to_format`.
 
     >>> import anynum as an
     >>> piece_rounder(an.NVFP4, torch.ones(32)) is not None, piece_rounder(an.MXFP8_E4M3, torch.ones(32))
