@@ -40,6 +40,7 @@ __all__ = [
     "make_random_source",
     "parse_rounding",
     "round_scaled",
+    "stochastic_away",
 ]
 
 
@@ -151,28 +152,32 @@ def _signed64(v: int) -> int:
 
 
 def _splitmix64_int(z: int) -> int:
-    """SplitMix64 finaliser on a Python int (the scalar twin of `_splitmix64`)."""
+    """SplitMix64 finaliser on a Python int (the scalar twin of `_splitmix64_`)."""
     z &= _MASK64
     z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
     z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
     return z ^ (z >> 31)
 
 
-def _lsr(z: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical right shift of int64 bit patterns.
+def _lsr_(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns, in place (z must be a tensor the caller owns).
 
     ``int(k)`` pins k to a constant under torch.compile: a symbolic k made
     Inductor emit the mask as a 32-bit C++ shift, which wraps at 32.
     """
     k = int(k)
-    return (z >> k) & ((1 << (64 - k)) - 1)
+    return z.bitwise_right_shift_(k).bitwise_and_((1 << (64 - k)) - 1)
 
 
-def _splitmix64(z: torch.Tensor) -> torch.Tensor:
-    """SplitMix64 finaliser on int64 tensors (wrapping arithmetic = arithmetic mod 2**64)."""
-    z = (z ^ _lsr(z, 30)) * _signed64(_MIX1)
-    z = (z ^ _lsr(z, 27)) * _signed64(_MIX2)
-    return z ^ _lsr(z, 31)
+def _splitmix64_(z: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 finaliser on int64 tensors (wrapping arithmetic = arithmetic mod 2**64), in place.
+
+    In place because eagerly each of its ten ops on a fresh tensor cost twice as much
+    (allocation and first touch of the pages); Inductor sees the same arithmetic.
+    """
+    z.bitwise_xor_(_lsr_(z.clone(), 30)).mul_(_signed64(_MIX1))
+    z.bitwise_xor_(_lsr_(z.clone(), 27)).mul_(_signed64(_MIX2))
+    return z.bitwise_xor_(_lsr_(z.clone(), 31))
 
 
 def counter_bits(base: torch.Tensor | int, index: torch.Tensor, nbits: int) -> torch.Tensor:
@@ -184,9 +189,9 @@ def counter_bits(base: torch.Tensor | int, index: torch.Tensor, nbits: int) -> t
     induction arithmetic, where int64 overflow is undefined behaviour in C++
     and gave wrong bits in vector tails.
     """
-    z = _splitmix64(index ^ base)
-    z = _splitmix64(z ^ _signed64(_GOLDEN))
-    return _lsr(z, 64 - nbits)
+    z = _splitmix64_(index ^ base)
+    z = _splitmix64_(z.bitwise_xor_(_signed64(_GOLDEN)))
+    return _lsr_(z, 64 - nbits)
 
 
 class RandomSource:
@@ -328,6 +333,25 @@ def _stochastic_exact_up(f: torch.Tensor, rng: RandomSource) -> torch.Tensor:
     return up
 
 
+def stochastic_away(f: torch.Tensor, rng: RandomSource, rand_bits: int | None = None) -> torch.Tensor:
+    """Stochastic rounding's decisions for fractions `f` in [0, 1): bool, True = away from zero.
+
+    True with probability exactly f (the exact scheme, `rand_bits` None), or where
+    ``floor(f * 2**r) + R >= 2**r`` for R the element's r random bits (hardware SR with
+    ``rand_bits=r``). The element index is each element's row-major position in `f`.
+    `f` must be exact and in [0, 1); NaN gives False.
+
+    >>> f = torch.tensor([0.0, 0.25, 0.999])
+    >>> stochastic_away(f, CounterRandom(7)).tolist()[0], stochastic_away(f, CounterRandom(7), 2).tolist()[0]
+    (False, False)
+    """
+    if rand_bits is not None:
+        frac_scaled = torch.floor(f.to(torch.float64) * 2.0**rand_bits)
+        r = rng.bits_at(element_index(f), rand_bits, 0).to(torch.float64)  # exact: rand_bits <= 52
+        return (frac_scaled + r) >= 2.0**rand_bits  # the sum < 2**53 is exact
+    return _stochastic_exact_up(f, rng)
+
+
 def round_scaled(
     s: torch.Tensor,
     mode: Rounding,
@@ -375,21 +399,9 @@ def round_scaled(
     elif mode is Rounding.STOCHASTIC:
         if rng is None:
             raise AnynumError("stochastic rounding needs a random source (generator= or seed=).")
-        if rand_bits is not None:
-            return _stochastic_truncating(s, rng, rand_bits)
         # Away from zero with probability f: the value-space rule P(up) = s - floor(s)
-        # seen from the magnitude, for either sign.
-        away = _stochastic_exact_up(f, rng)
+        # seen from the magnitude, for either sign (hardware SR: on the magnitude too).
+        away = stochastic_away(f, rng, rand_bits)
     else:  # pragma: no cover - every member is handled above
         raise AssertionError(mode)
     return torch.copysign(lo + away.to(s.dtype), s)
-
-
-def _stochastic_truncating(s: torch.Tensor, rng: RandomSource, rand_bits: int) -> torch.Tensor:
-    """Hardware stochastic rounding on the magnitude: floor(|s| + R * 2**-r), R ~ U{0..2**r-1}."""
-    a = torch.abs(s)
-    lo = torch.floor(a)
-    frac_scaled = torch.floor(((a - lo).to(torch.float64)) * 2.0**rand_bits)
-    r = rng.bits_at(element_index(s), rand_bits, 0).to(torch.float64)  # exact: rand_bits <= 52
-    up = (frac_scaled + r) >= 2.0**rand_bits  # the sum < 2**53 is exact
-    return torch.copysign(lo + up.to(s.dtype), s)
