@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["FloatLayout", "floor_log2", "layout", "ldexp", "pow2"]
+__all__ = ["FloatLayout", "floor_log2", "layout", "ldexp", "pow2", "select"]
 
 
 class FloatLayout:
@@ -78,3 +78,36 @@ def ldexp(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     """
     half = torch.div(n, 2, rounding_mode="floor")
     return x * pow2(half, x.dtype) * pow2(n - half, x.dtype)
+
+
+_SAME_SIZE_INT = {torch.float32: torch.int32, torch.float64: torch.int64, torch.int32: torch.int32,
+                  torch.int64: torch.int64}  # fmt: skip
+
+
+def select(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.where(mask, a, b)``, bit for bit, for `a` and `b` of one shape and dtype.
+
+    On the CPU outside torch.compile it blends the bit patterns: torch's CPU `where`
+    branches on each element, which costs about 5 ns an element where the mask is random
+    (65,536 float64: 0.31 ms against the blend's 0.13 ms), and rounding decisions are
+    random masks. Elsewhere, and for other shapes or dtypes, it is `torch.where`. NaN
+    payloads, infinities and signed zeros are kept as they are.
+
+    >>> a, b = torch.tensor([1.0, -0.0]), torch.tensor([2.0, float("inf")])
+    >>> select(torch.tensor([True, False]), a, b).tolist()
+    [1.0, inf]
+    """
+    int_dtype = _SAME_SIZE_INT.get(a.dtype)
+    if (
+        int_dtype is None
+        or not a.is_cpu
+        or a.dtype != b.dtype
+        or mask.dtype != torch.bool
+        or a.shape != b.shape
+        or mask.shape != a.shape
+        or torch.compiler.is_compiling()
+    ):
+        return torch.where(mask, a, b)
+    ai, bi = a.view(int_dtype), b.view(int_dtype)
+    ones_where_a = mask.to(int_dtype).neg_()
+    return (ai ^ bi).bitwise_and_(ones_where_a).bitwise_xor_(bi).view(a.dtype)

@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import torch
 
-from anynum._bits import floor_log2, layout, ldexp, pow2
+from anynum._bits import floor_log2, layout, ldexp, pow2, select
 from anynum.errors import FormatError
 from anynum.formats.base import Format
 
@@ -103,7 +103,7 @@ class PositSplit:
         top = 8 * self.dropped.element_size() - 2  # far below minpos only its size matters
         shift = torch.clamp(self.dropped_len - 1, 0, top)
         half = torch.where(self.dropped_len > 0, torch.ones_like(self.dropped) << shift, 0)
-        cls = torch.where(self.dropped > half, 0.75, 0.25)
+        cls = (self.dropped > half).to(self.lo.dtype) * 0.5 + 0.25  # 3/4 above the tie, else 1/4
         cls = torch.where(self.dropped == half, 0.5, cls)
         return torch.where(self.dropped == 0, 0.0, cls).to(self.lo.dtype)
 
@@ -117,7 +117,7 @@ class PositSplit:
         gap = hi - lo
         ratio = (a64 - lo) / torch.where(gap > 0, gap, 1.0)
         exact = self.dropped.to(torch.float64) * pow2(-torch.clamp(self.dropped_len, max=62), torch.float64)
-        p = torch.where(self.uniform & ~self.under, exact, ratio)
+        p = select(self.uniform & ~self.under, exact, ratio)
         return torch.clamp(p, 0.0, _ONE_MINUS_ULP)
 
     def frac_truncated(self, rand_bits: int) -> torch.Tensor:
@@ -312,7 +312,9 @@ class Posit(Format):
         over = k >= n - 2
         under = k <= -(n - 1)
         kc = torch.clamp(k, -(n - 2), n - 3)  # the regimes of minpos .. the one below maxpos
-        m = torch.where(kc >= 0, n - 3 - kc, n - 2 + kc)  # bits kept after the regime, >= 0
+        # Bits kept after the regime, >= 0: n - 3 - kc for kc >= 0 (k + 1 ones and a zero),
+        # n - 2 + kc below (-k zeros and a one); arithmetic, as kc's sign is data.
+        m = n - 2 - torch.maximum(kc + 1, -kc)
         p = es + man - m  # dropped bits of z (negative: z is kept whole, plus zero bits)
         pc = torch.clamp(p, min=0)
         kept = z >> pc

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import torch
 
+from anynum._bits import select
+from anynum.errors import AnynumError
 from anynum.formats.posit import Posit
 from anynum.kernels.eager import round_to_format, working_dtype
-from anynum.rounding import RandomSource, Rounding, round_scaled
+from anynum.rounding import RandomSource, Rounding, round_scaled, stochastic_away
 
 __all__: list[str] = []
 
@@ -48,23 +50,26 @@ def _round_posit(
     finite = a < torch.inf  # not torch.isfinite: that one does not vectorize in Inductor
     a_safe = torch.where(finite & (a > 0), a, 1.0)
     sp = fmt.locate(a_safe)
-    neg = x < 0
 
     if mode is Rounding.STOCHASTIC:
+        if rng is None:
+            raise AnynumError("stochastic rounding needs a random source (generator= or seed=).")
         p = sp.value_position(a_safe) if rand_bits is None else sp.frac_truncated(rand_bits)
-        up = round_scaled(p, mode, rng, rand_bits) > 0
+        up = stochastic_away(p, rng, rand_bits)
     elif mode is Rounding.STOCHASTIC_UNIFORM:
         up = round_scaled(sp.frac_class(), mode, rng) > 0
     elif mode is Rounding.UP or mode is Rounding.DOWN:
         inexact = sp.frac_class() > 0
+        neg = x < 0
         up = inexact & (~neg if mode is Rounding.UP else neg)
     else:  # nearest (three tie rules), toward zero, odd: on the magnitude's code
         parity = sp.parity.to(x.dtype)
         up = (round_scaled(parity + sp.frac_class(), mode) - parity) > 0
 
-    mag = torch.where(up, sp.hi, sp.lo)  # both maxpos above maxpos: never NaR
+    mag = select(up, sp.hi, sp.lo)  # both maxpos above maxpos: never NaR
     if fmt.underflow == "minpos":
         mag = torch.clamp(mag, min=fmt.minpos)  # a nonzero input never rounds to zero
-    # ±0 -> 0 (posits have one zero), and underflow="zero" gives no -0 either.
-    y = torch.where((a == 0) | (mag == 0), 0.0, torch.where(neg, -mag, mag))
+    # ±0 -> 0 (posits have one zero), and underflow="zero" gives no -0 either; mag >= 0
+    # takes x's sign (a NaN's is replaced below).
+    y = torch.where((a == 0) | (mag == 0), 0.0, torch.copysign(mag, x))
     return torch.where(finite, y, torch.nan)  # NaN, ±inf -> NaR
