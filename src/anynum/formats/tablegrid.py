@@ -8,7 +8,7 @@ of reals and its rounding boundaries are computed exactly; there, the format.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
@@ -86,6 +86,17 @@ class TableLookup:
     bound_exact: torch.Tensor  # bool, the boundary is exactly `bound`
     first_nonneg: int  # index of the first entry >= 0 (rank origin)
     zero_index: int  # index of 0.0, or -1
+    # `values` padded with NaN to a power of two above its size, for a branch-free binary
+    # search (NaN compares false), and whether any |value| exceeds 2**1000 (a difference of
+    # two values may then overflow).
+    padded: torch.Tensor = field(init=False)
+    huge: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        size = self.values.numel()
+        nan_pad = self.values.new_full(((1 << size.bit_length()) - size,), torch.nan)
+        self.padded = torch.cat([self.values, nan_pad])
+        self.huge = bool((torch.abs(self.values) > 2.0**1000).any())
 
 
 def check_boundaries(boundaries: Any, vals: np.ndarray) -> np.ndarray:

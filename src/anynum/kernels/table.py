@@ -1,6 +1,6 @@
 """Rounding onto an arbitrary `Table` of values: one binary search per element, all nine modes.
 
-``torch.searchsorted`` finds the neighbours lo <= x < hi (O(log size)); the
+A binary search without branches finds the neighbours lo <= x < hi (O(log size)); the
 boundary between them is stored as the largest float64 at or below the exact
 boundary plus an "exact" flag, so comparing a float64 x with it is exact:
 x is above the boundary iff x > floor, and a tie iff the flag is set and
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import torch
 
+from anynum.errors import AnynumError
 from anynum.formats.table import Table
+from anynum.formats.tablegrid import TableLookup
 from anynum.kernels.eager import round_to_format, working_dtype
-from anynum.rounding import RandomSource, Rounding, round_scaled
+from anynum.rounding import RandomSource, Rounding, round_scaled, stochastic_away
 
 __all__: list[str] = []
 
@@ -45,14 +47,45 @@ def _tie_up(
     return torch.where(same, positive, ahi > alo)  # "away"
 
 
-def _probability(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
-    """(x - lo) / (hi - lo) in float64, without overflow, clamped to [0, 1)."""
-    big = (torch.abs(lo) > 2.0**1000) | (torch.abs(hi) > 2.0**1000)
-    scale = torch.where(big, 0.5, 1.0).to(x.dtype)
-    num = x * scale - lo * scale
-    den = hi * scale - lo * scale
-    p = num / torch.where(den > 0, den, torch.ones_like(den))
-    return torch.clamp(p, 0.0, _ONE_MINUS_ULP)
+def _count_at_or_below(padded: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
+    """How many table values are <= each of the 1-D `xs` (``torch.searchsorted(values, xs,
+    right=True)``), int32: a binary search without branches over `padded` (the values padded
+    with NaN to a power of two above their size, `TableLookup.padded`).
+
+    Each step probes one value per element and moves on by the probe's comparison, so
+    the time does not depend on the data; torch's searchsorted branches per element and
+    took twice as long on random inputs.
+    """
+    step = padded.numel() // 2  # <= size: the first probe is a real value, the same for all
+    pos = (xs >= padded[step - 1]).to(torch.int32).mul_(step)
+    step //= 2
+    while step:
+        pos.add_(padded.index_select(0, pos + (step - 1)) <= xs, alpha=step)  # NaN padding: False
+        step //= 2
+    return pos
+
+
+def _away_probability(
+    lut: TableLookup, xs: torch.Tensor, jj: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+    negative: torch.Tensor,
+) -> torch.Tensor:
+    """P(away from zero) of x in [lo, hi] in float64, clamped to [0, 1): (x - lo) / (hi - lo),
+    and (hi - x) / (hi - lo) where the interval is negative, without overflow.
+
+    The negative case is the positive one's quotient with numerator and denominator
+    negated, which IEEE arithmetic gives exactly: one division for both. hi - lo > 0
+    always (the values are finite and distinct); values above 2**1000 are halved first.
+    """
+    near = lut.values.index_select(0, jj + negative.to(jj.dtype))  # hi on a negative interval
+    den = hi - lo
+    num = xs - near
+    if lut.huge:
+        big = (torch.abs(lo) > 2.0**1000) | (torch.abs(hi) > 2.0**1000)
+        scale = torch.where(big, 0.5, 1.0).to(xs.dtype)
+        num = xs * scale - near * scale
+        den = hi * scale - lo * scale
+    sign = negative.to(xs.dtype).mul_(-2.0).add_(1.0)
+    return torch.clamp(num / den.mul_(sign), 0.0, _ONE_MINUS_ULP)
 
 
 @round_to_format.register
@@ -64,7 +97,8 @@ def _round_table(
     rng: RandomSource | None,
     rand_bits: int | None,
 ) -> torch.Tensor:
-    x = x.to(torch.float64)
+    shape = x.shape  # worked on flat: index_select takes 1-D indices
+    x = x.to(torch.float64).reshape(-1)
     lut = fmt.lookup(x.device)
     vals = lut.values
     size = vals.numel()
@@ -76,20 +110,22 @@ def _round_table(
         nan = nan | (xs < 0)
     if size == 1:
         y = vals[0].expand(x.shape).clone()
-        return _finish(fmt, y, xs, nan)
+        return _finish(fmt, y, xs, nan).view(shape)
 
-    j = torch.searchsorted(vals, xs, right=True) - 1  # vals[j] <= x < vals[j + 1]
+    j = _count_at_or_below(lut.padded, xs) - 1  # vals[j] <= x < vals[j + 1]
     below = j < 0
     jj = torch.clamp(j, 0, size - 2)  # interval jj: between entries jj and jj + 1
-    lo = vals[jj]
-    hi = vals[jj + 1]
-    exact = (~below) & (vals[torch.clamp(j, 0, size - 1)] == xs)
+    lo = vals.index_select(0, jj)
+    hi = vals.index_select(0, jj + 1)
+    # x equals a value: lo (j = jj), or hi where j = size - 1 was clamped to size - 2 (a hi
+    # equal to x elsewhere would have made j larger; a lo below x never equals it).
+    exact = (lo == xs) | (hi == xs)
     above = xs > vals[size - 1]
     hi_rank_even = ((jj + 1 - lut.first_nonneg) & 1) == 0
 
     if mode.is_nearest or mode is Rounding.TOWARD_ZERO:
-        floor_b = lut.bound[jj]
-        tie = lut.bound_exact[jj] & (xs == floor_b)
+        floor_b = lut.bound.index_select(0, jj)
+        tie = lut.bound_exact.index_select(0, jj) & (xs == floor_b)
         policy = {
             Rounding.NEAREST_EVEN: fmt.ties,
             Rounding.NEAREST_AWAY: "away",
@@ -118,13 +154,14 @@ def _round_table(
         # straddles zero uses the value order (away = towards hi).
         negative = hi <= 0
         if mode is Rounding.STOCHASTIC:
-            p_away = torch.where(negative, _probability(-xs, -hi, -lo), _probability(xs, lo, hi))
-            away = round_scaled(p_away, mode, rng, rand_bits) > 0
+            if rng is None:
+                raise AnynumError("stochastic rounding needs a random source (generator= or seed=).")
+            away = stochastic_away(_away_probability(lut, xs, jj, lo, hi, negative), rng, rand_bits)
         else:  # STOCHASTIC_UNIFORM: a fair coin
             away = round_scaled(torch.full_like(xs, 0.5), mode, rng) > 0
         up = away ^ negative
 
-    idx = jj + up.to(torch.int64)
+    idx = jj + up.to(jj.dtype)
     idx = torch.where(exact, j, idx)
     idx = torch.where(below, torch.zeros_like(idx), idx)
     idx = torch.where(above, torch.full_like(idx, size - 1), idx)
@@ -135,7 +172,7 @@ def _round_table(
             idx = torch.where(to_zero & (xs > 0), torch.full_like(idx, z + 1), idx)
         if z >= 1:
             idx = torch.where(to_zero & (xs < 0), torch.full_like(idx, z - 1), idx)
-    return _finish(fmt, vals[idx], xs, nan)
+    return _finish(fmt, vals.index_select(0, idx), xs, nan).view(shape)
 
 
 def _finish(fmt: Table, y: torch.Tensor, xs: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:

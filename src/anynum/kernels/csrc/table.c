@@ -36,7 +36,7 @@ ANY_INLINE int64_t table_nan(double x, double v, double inf_is_nan, double neg_n
     return (x != x) | (fabs(x) == inf_is_nan) | (v < neg_nan);
 }
 
-/* (x - lo) / (hi - lo) without overflow, clamped to [0, 1) (table._probability) */
+/* (x - lo) / (hi - lo) without overflow, clamped to [0, 1) (table._away_probability) */
 ANY_INLINE double table_probability(double x, double lo, double hi) {
     int big = (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000);
     double scale = big ? 0.5 : 1.0;
