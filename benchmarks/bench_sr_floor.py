@@ -1,6 +1,6 @@
 """The floor under stochastic rounding: what the counter hash alone costs, against copy_.
 
-    python benchmarks/bench_sr_floor.py [--size 4194304] [--rounds 30] [--threads 2]
+    python benchmarks/bench_sr_floor.py [--size 4194304] [--rounds 30] [--threads 2] [--cycles]
 
 Stochastic rounding draws each element's bits from `anynum.rounding.counter_bits` (two
 SplitMix64 finaliser rounds of ``index ^ base``: four 64-bit multiplies per element), so
@@ -48,6 +48,49 @@ static void floor_task(void *ctx, int part, int parts) {
     }
 }
 
+/* --cycles: what the hash costs in core cycles, and the instructions it is made of, alone */
+uint64_t anynum_bench_clock(int64_t n) { /* dependent 64-bit multiplies: 3 cycles each on x86 cores */
+    uint64_t z = 3;
+    for (int64_t i = 0; i < n; i++) {
+        z *= 0x9E3779B97F4A7C15ull;
+        __asm__ volatile("" : "+r"(z));
+    }
+    return z;
+}
+
+uint64_t anynum_bench_hash_only(int64_t n, uint64_t base) { /* the floor's hash, no memory traffic */
+    uint64_t acc = 0;
+    for (int64_t i = 0; i < n; i++) acc ^= counter_bits(base, (uint64_t)i, 64);
+    return acc;
+}
+
+#if defined(__AVX512F__)
+typedef uint64_t lanes __attribute__((vector_size(64))); /* the vector width the hash loop uses */
+#define KEEP(v) __asm__ volatile("" : "+v"(v)) /* in a register: the compiler can neither fold nor spill */
+#else
+typedef uint64_t lanes __attribute__((vector_size(32)));
+#define KEEP(v) __asm__ volatile("" : "+x"(v))
+#endif
+
+/* op 0: 64-bit multiply, 1: shift, 2: xor; 16 independent chains, so that throughput, not the
+   multiply's latency (15 cycles for vpmullq), sets the time */
+uint64_t anynum_bench_lanes(int64_t rounds, int32_t op) {
+    lanes c = (lanes){0} + 0x9E3779B97F4A7C15ull;
+    lanes a0 = c + 1, a1 = c + 2, a2 = c + 3, a3 = c + 4, a4 = c + 5, a5 = c + 6, a6 = c + 7;
+    lanes a7 = c + 8, b0 = c + 9, b1 = c + 10, b2 = c + 11, b3 = c + 12, b4 = c + 13, b5 = c + 14;
+    lanes b6 = c + 15, b7 = c + 16;
+#define STEP(a) do { a = op == 0 ? a * c : op == 1 ? a >> 7 : a ^ c; KEEP(a); } while (0)
+    for (int64_t r = 0; r < rounds; r++) {
+        STEP(a0); STEP(a1); STEP(a2); STEP(a3); STEP(a4); STEP(a5); STEP(a6); STEP(a7);
+        STEP(b0); STEP(b1); STEP(b2); STEP(b3); STEP(b4); STEP(b5); STEP(b6); STEP(b7);
+    }
+#undef STEP
+    lanes t = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7 ^ b0 ^ b1 ^ b2 ^ b3 ^ b4 ^ b5 ^ b6 ^ b7;
+    return t[0];
+}
+
+int32_t anynum_bench_lane_count(void) { return (int32_t)(sizeof(lanes) / sizeof(uint64_t)); }
+
 void anynum_bench_floor(const float *x, float *y, int64_t n, uint64_t base, int32_t hash, int32_t threads) {
     floor_job j = {x, y, n, base, hash};
     pool_run(floor_task, &j, pool_parts(n, 16384, threads));
@@ -64,7 +107,59 @@ def _library() -> ctypes.CDLL:
     vp, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.anynum_bench_floor.argtypes = [vp, vp, i64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32]
     lib.anynum_bench_floor.restype = None
+    lib.anynum_bench_clock.argtypes = [i64]
+    lib.anynum_bench_hash_only.argtypes = [i64, ctypes.c_uint64]
+    lib.anynum_bench_lanes.argtypes = [i64, ctypes.c_int32]
+    lib.anynum_bench_lane_count.restype = ctypes.c_int32
+    for f in (lib.anynum_bench_clock, lib.anynum_bench_hash_only, lib.anynum_bench_lanes):
+        f.restype = ctypes.c_uint64
     return lib
+
+
+def _best(fn: Callable[[], object], rounds: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def cycles(lib: ctypes.CDLL, size: int, rounds: int) -> None:
+    """One thread: the core clock, then each part of the hash in cycles per element.
+
+    The clock is a chain of dependent 64-bit multiplies (3 cycles each on current x86 cores).
+    Per element the hash (`counter_bits` in csrc/common.c, vectorised by the compiler) is 4
+    multiplies, 6 shifts and 7 xors on 64-bit lanes, 8 lanes to a 512-bit vector (4 to a
+    256-bit one without AVX-512); timing each instruction kind alone, over independent
+    chains, gives its throughput here.
+    """
+    torch.set_num_threads(1)
+    n_clock = 20_000_000
+    ghz = 3 * n_clock / _best(lambda: lib.anynum_bench_clock(n_clock), rounds) / 1e9
+    x = torch.randn(size)
+    out = torch.empty_like(x)
+    per = {
+        "out.copy_(x)": _best(lambda: out.copy_(x), rounds) / size,
+        "floor (read x, hash, write y)": _best(
+            lambda: lib.anynum_bench_floor(x.data_ptr(), out.data_ptr(), size, 12345, 1, 1), rounds
+        ) / size,
+        "hash alone, in registers": _best(lambda: lib.anynum_bench_hash_only(size, 12345), rounds) / size,
+    }
+    lanes = lib.anynum_bench_lane_count()
+    rounds_lanes = 1_000_000
+    ops = rounds_lanes * 16  # 16 chains a round
+    kind = {name: _best(lambda op=op: lib.anynum_bench_lanes(rounds_lanes, op), rounds) / ops * ghz * 1e9
+            for op, name in enumerate(("multiply", "shift", "xor"))}  # fmt: skip
+    print(f"one thread, core clock {ghz:.2f} GHz (dependent 64-bit multiplies, 3 cycles each)")
+    print("| part | cycles per element |\n|---|---|")
+    for name, t in per.items():
+        print(f"| {name} | {t * ghz * 1e9:.2f} |")
+    sum_ops = (4 * kind["multiply"] + 6 * kind["shift"] + 7 * kind["xor"]) / lanes
+    print(f"| 4 multiplies + 6 shifts + 7 xors, each kind alone, {lanes} lanes a vector | {sum_ops:.2f} |")
+    alone = ", ".join(f"{k} {v:.2f}" for k, v in kind.items())
+    print(f"cycles per {lanes}-lane vector instruction, alone: {alone}")
 
 
 def main() -> None:
@@ -73,9 +168,13 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=4 * 1024 * 1024)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cycles", action="store_true", help="one thread: the hash in core cycles, by part")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     lib = _library()
+    if args.cycles:
+        cycles(lib, args.size, args.rounds)
+        return
+    torch.set_num_threads(args.threads)
     x = torch.randn(args.size)
     out = torch.empty_like(x)
     xp, yp, n = x.data_ptr(), out.data_ptr(), x.numel()

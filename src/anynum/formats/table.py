@@ -1,8 +1,8 @@
 """Arbitrary finite value sets (Qtorch+ "arbitrary number sets"), rounded by binary search.
 
 A `Table` holds sorted, distinct, finite float64 values; its code for a value
-is the value's index. Rounding finds the two neighbours of x with
-``torch.searchsorted`` (O(log size) per element) and chooses between them:
+is the value's index. Rounding finds the two neighbours of x by binary search
+(O(log size) per element) and chooses between them:
 
 * nearest modes compare x with the boundary between the neighbours: their
   arithmetic midpoint, computed exactly (or explicit ``boundaries=``, which
