@@ -90,3 +90,10 @@ def test_select_falls_back_to_where_for_what_it_does_not_blend() -> None:
     assert select(mask, a, torch.tensor(0.5)).tolist() == [1.0, 0.5, 3.0]  # broadcast
     assert select(torch.tensor([1, 0, 2]).bool(), a, -a).tolist() == [1.0, -2.0, 3.0]
     assert select(mask, a, -a.double()).dtype == torch.float64  # promotion
+
+
+def test_select_keeps_gradients_as_where_does() -> None:
+    a = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = select(torch.tensor([True, False, True]), a * 2, torch.zeros(3))
+    y.sum().backward()
+    assert a.grad is not None and a.grad.tolist() == [2.0, 0.0, 2.0]

@@ -90,8 +90,8 @@ def select(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
     On the CPU outside torch.compile it blends the bit patterns: torch's CPU `where`
     branches on each element, which costs about 5 ns an element where the mask is random
     (65,536 float64: 0.31 ms against the blend's 0.13 ms), and rounding decisions are
-    random masks. Elsewhere, and for other shapes or dtypes, it is `torch.where`. NaN
-    payloads, infinities and signed zeros are kept as they are.
+    random masks. Elsewhere, for other shapes or dtypes and for inputs that need gradients,
+    it is `torch.where`. NaN payloads, infinities and signed zeros are kept as they are.
 
     >>> a, b = torch.tensor([1.0, -0.0]), torch.tensor([2.0, float("inf")])
     >>> select(torch.tensor([True, False]), a, b).tolist()
@@ -105,6 +105,8 @@ def select(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
         or mask.dtype != torch.bool
         or a.shape != b.shape
         or mask.shape != a.shape
+        or a.requires_grad
+        or b.requires_grad
         or torch.compiler.is_compiling()
     ):
         return torch.where(mask, a, b)

@@ -48,9 +48,10 @@ def _tie_up(
 
 
 def _count_at_or_below(padded: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
-    """How many table values are <= each of the 1-D `xs` (``torch.searchsorted(values, xs,
-    right=True)``), int32: a binary search without branches over `padded` (the values padded
-    with NaN to a power of two above their size, `TableLookup.padded`).
+    """How many table values are <= each of the 1-D `xs`, none of them NaN
+    (``torch.searchsorted(values, xs, right=True)``), int32: a binary search without branches
+    over `padded` (the values padded with NaN to a power of two above their size,
+    `TableLookup.padded`). A NaN would count 0.
 
     Each step probes one value per element and moves on by the probe's comparison, so
     the time does not depend on the data; torch's searchsorted branches per element and
@@ -74,7 +75,9 @@ def _away_probability(
 
     The negative case is the positive one's quotient with numerator and denominator
     negated, which IEEE arithmetic gives exactly: one division for both. hi - lo > 0
-    always (the values are finite and distinct); values above 2**1000 are halved first.
+    (the values are finite and distinct; only with denormals flushed can two subnormal
+    neighbours differ by 0, and the inputs between them are then on a value, below or above
+    the table, whose results the caller replaces); values above 2**1000 are halved first.
     """
     near = lut.values.index_select(0, jj + negative.to(jj.dtype))  # hi on a negative interval
     den = hi - lo
