@@ -80,13 +80,12 @@ def _away_probability(
     the table, whose results the caller replaces); values above 2**1000 are halved first.
     """
     near = lut.values.index_select(0, jj + negative.to(jj.dtype))  # hi on a negative interval
-    den = hi - lo
-    num = xs - near
     if lut.huge:
         big = (torch.abs(lo) > 2.0**1000) | (torch.abs(hi) > 2.0**1000)
         scale = torch.where(big, 0.5, 1.0).to(xs.dtype)
-        num = xs * scale - near * scale
-        den = hi * scale - lo * scale
+        num, den = xs * scale - near * scale, hi * scale - lo * scale
+    else:
+        num, den = xs - near, hi - lo
     sign = negative.to(xs.dtype).mul_(-2.0).add_(1.0)
     return torch.clamp(num / den.mul_(sign), 0.0, _ONE_MINUS_ULP)
 
