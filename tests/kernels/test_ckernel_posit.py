@@ -148,3 +148,20 @@ def test_exact_sr_hands_back_undecided_elements_of_geometric_binades(cn) -> None
     assert float(y[i]) == float(x[i])  # handed back untouched
     want = cn.reference(fmt, Rounding.STOCHASTIC, "saturate", None, x, seed=seed)
     cn.assert_same(cn.native(fmt, Rounding.STOCHASTIC, "saturate", None, x, seed=seed), want, x, "refined")
+
+
+def test_exact_sr_decides_at_its_own_draw(cn) -> None:  # type: ignore[no-untyped-def]
+    """Inputs whose dropped bits meet the element's own 53-bit draw exactly, and one unit either
+    side: up only below the draw's threshold. posit(8,0) keeps 5 fraction bits at 1 and float64
+    drops the other 47, so a draw with its low 6 bits clear is a dropped pattern (random inputs
+    meet one with probability 2**-53)."""
+    fmt, n = an.Posit(8, 0), 1 << 14
+    draws = CounterRandom(7).bits_at(torch.arange(n), 53, 0)
+    idx = (draws % (1 << 6) == 0).nonzero().reshape(-1)
+    assert idx.numel() >= 30
+    x = torch.full((n,), 1.5, dtype=torch.float64)
+    for off, part in zip((-1, 0, 1), idx.tensor_split(3)):
+        x[part] = 1.0 + ((draws[part] >> 6) + off).double() * 2.0**-52  # dropped: d / 2**47
+    want = cn.reference(fmt, Rounding.STOCHASTIC, "saturate", None, x)
+    assert 0 < int((want[idx] > 1.0).sum()) < idx.numel()  # both sides of the draws are met
+    cn.assert_same(cn.native(fmt, Rounding.STOCHASTIC, "saturate", None, x), want, x, "exact SR at the draw")

@@ -188,8 +188,12 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
     else if (M == M_RO) up = under | (inexact & (parity ^ 1));
     else if (M == M_SRU) up = inexact & (WI)sr_coin(base, index);
     else if (M == M_SR && !GEOM) {
-        double exact = (double)dropped * f64_from((uint64_t)(1023 - (int64_t)pc) << 52);
-        up = sr_exact_up(exact, base, index, und);
+        /* sr_exact_up of dropped / 2**pc on integers: for pc <= 53, t = dropped * 2**(53 - pc) is
+           an integer, so the draw is never undecided and goes up where it is below t (pc > W_MAN
+           sets *need: those runs are redone; the shift's clamp only keeps it defined) */
+        WI sh = 53 - pc;
+        sh = sh < 0 ? 0 : sh;
+        up = counter_bits(base, index, 53) < ((uint64_t)(WU)dropped << sh);
         /* one comparison: with two GCC finds no vector type */
         *need = (int)((under ? k->under_pc : pc) > W_MAN);
     } else if (M == M_SR) { /* value_position, as posit_round computes it */
