@@ -9,8 +9,15 @@ compiled, eager). Issue 15 keeps that generator. This benchmark builds a kernel 
 does only what any SR kernel with this generator must do: read x, draw the element's
 bits with the library's own ``counter_bits`` (csrc/common.c), let one bit decide, write
 y; threaded by the library's own pool (csrc/pool.c) in the same 64-element-aligned
-parts. Its time is a lower bound for every SR mode; the library's SR kernels are timed
-beside it, and ``out.copy_(x)`` and the pool's memcpy give the bandwidth line.
+parts. Its time is a lower bound for every SR mode; ``out.copy_(x)`` and the pool's memcpy
+give the bandwidth line.
+
+Every stochastic case of bench_quantize's table is timed beside it, with its format's
+round-to-nearest twin. The estimate for a case is the floor plus what its family's rounding
+adds to copy_ (nearest's time less copy_'s): an SR kernel must draw the bits and also find the
+neighbours the draw chooses between. It is a model, not a bound (the two overlap in a kernel,
+and finding both neighbours can cost more or less than rounding to the nearest one); "case /
+estimate" says how far each kernel sits from it.
 
 Minimum of `--rounds` interleaved rounds (the machine may be shared); ratios from one run.
 """
@@ -26,6 +33,7 @@ from pathlib import Path
 import torch
 
 import anynum as an
+from anynum.experiments.bench import CASES, case_format
 from anynum.kernels.clib import library
 from anynum.kernels.nativelib import NativeSource, load
 
@@ -175,21 +183,24 @@ def main() -> None:
         cycles(lib, args.size, args.rounds)
         return
     torch.set_num_threads(args.threads)
-    x = torch.randn(args.size)
+    x = torch.randn(args.size) * 4  # as bench_quantize's inputs
     out = torch.empty_like(x)
     xp, yp, n = x.data_ptr(), out.data_ptr(), x.numel()
     cases: dict[str, Callable[[], object]] = {
         "out.copy_(x)": lambda: out.copy_(x),
         "pool memcpy": lambda: lib.anynum_bench_floor(xp, yp, n, 0, 0, args.threads),
-        "counter bits + one select (floor)": lambda: lib.anynum_bench_floor(
-            xp, yp, n, 12345, 1, args.threads
-        ),
-        "e4m3fn sr": lambda: an.quantize(x, an.E4M3FN, "sr", seed=1, out=out),
-        "bf16 sr": lambda: an.quantize(x, an.BF16, "sr", seed=1, out=out),
-        "e4m3fn sr, 8 bits": lambda: an.quantize(x, an.E4M3FN, "sr", seed=1, rand_bits=8, out=out),
-        "e4m3fn sr_uniform": lambda: an.quantize(x, an.E4M3FN, "sr_uniform", seed=1, out=out),
-        "e4m3fn nearest": lambda: an.quantize(x, an.E4M3FN, out=out),
+        "floor": lambda: lib.anynum_bench_floor(xp, yp, n, 12345, 1, args.threads),
     }
+    twins: dict[str, str] = {}  # each stochastic case's round-to-nearest twin
+    for label, _family, name, mode, rand_bits in CASES:
+        if not mode.startswith("sr"):
+            continue
+        fmt, overflow = case_format(name)
+        cases[label] = lambda f=fmt, m=mode, o=overflow, r=rand_bits: an.quantize(
+            x, f, m, overflow=o, seed=1, rand_bits=r, out=out
+        )
+        twins[label] = f"{name} nearest"
+        cases.setdefault(twins[label], lambda f=fmt, o=overflow: an.quantize(x, f, overflow=o, out=out))
     best = dict.fromkeys(cases, float("inf"))
     for fn in cases.values():
         fn()  # builds, plans, pages
@@ -198,12 +209,19 @@ def main() -> None:
             t = time.perf_counter()
             fn()
             best[name] = min(best[name], time.perf_counter() - t)
-    base = best["out.copy_(x)"]
-    print(f"{args.size} float32 elements, {args.threads} threads, minimum of {args.rounds} rounds")
-    print("| case | ms | x copy_ |\n|---|---|---|")
-    for name, t in best.items():
-        print(f"| {name} | {t * 1e3:.3f} | {t / base:.2f} |")
-
+    copy, floor = best["out.copy_(x)"], best["floor"]
+    print(f"{args.size} float32 elements (randn * 4), {args.threads} threads, "
+          f"minimum of {args.rounds} rounds")
+    print(f"out.copy_(x) {copy * 1e3:.3f} ms; pool memcpy {best['pool memcpy'] / copy:.2f}x copy_; "
+          f"floor (read x, counter bits, one select, write y) {floor / copy:.2f}x copy_")
+    print("| stochastic case | ms | x copy_ | x floor | nearest, x copy_ | estimate, x copy_ "
+          "| case / estimate |")
+    print("|---|---|---|---|---|---|---|")
+    for label, twin in twins.items():
+        t, near = best[label], best[twin]
+        estimate = floor + (near - copy)  # the floor, plus what rounding adds to copy_ in this family
+        print(f"| {label} | {t * 1e3:.3f} | {t / copy:.2f} | {t / floor:.2f} | {near / copy:.2f} | "
+              f"{estimate / copy:.2f} | {t / estimate:.2f} |")
 
 if __name__ == "__main__":
     main()

@@ -85,11 +85,13 @@ ANY_INLINE uint64_t counter_bits(uint64_t base, uint64_t index, int nbits) {
    probability f for dyadic f in [0, 1), deciding on the first 53 random bits. *undecided is
    set where those bits equal f's first 53 and f has more: the caller hands these back. */
 ANY_INLINE int sr_exact_up(double f, uint64_t base, uint64_t index, int *undecided) {
+    /* k < floor(t) and k == floor(t) < t for the integer draw k, without the floor: k + 1 <= t,
+       and k < t < k + 1 (k + 1 <= 2**53 is exact; a NaN t is neither) */
     double t = f * 0x1p53;
-    double c = floor(t);
     double k = (double)(int64_t)counter_bits(base, index, 53);
-    *undecided = (k == c) & (t - c > 0.0);
-    return k < c;
+    double k1 = k + 1.0;
+    *undecided = (k < t) & (t < k1);
+    return k1 <= t;
 }
 
 /* Hardware stochastic rounding with r random bits (anynum.rounding._stochastic_truncating):

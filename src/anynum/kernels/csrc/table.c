@@ -358,6 +358,45 @@ static int32_t table_det_tile_f32(const uint32_t *x, uint32_t *y, int64_t m, con
     return nf;
 }
 
+/* The key pass of tablelut.c's stochastic lookup for float arrays, with its lookups, in one pass:
+   table_key_sr's keys on uint32 lanes (as table_det_tile_f32's), the entries (lo's and hi's float32
+   bits in one uint64) by two 8-lane hardware gathers, and x widened to double as it is (xo) and with
+   NaN read as 0 (xs); the same arrays as the key loop and table_gather_64k32 leave. */
+static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut, const uint32_t km[6],
+                              uint64_t *e, double *xo, double *xs) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), zero = _mm512_setzero_si512();
+    const __m512i expmask = _mm512_set1_epi32(0x7F800000);
+    const __m512i lowmask = _mm512_set1_epi32((int)km[1]);
+    const __m512i klo1 = _mm512_set1_epi32((int)km[2]), khi1 = _mm512_set1_epi32((int)km[3]);
+    const __m512i off = _mm512_set1_epi32((int)km[4]), ntot = _mm512_set1_epi32((int)km[5]);
+    const __m512d dzero = _mm512_setzero_pd();
+    const __m128i shift = _mm_cvtsi32_si128((int)km[0]);
+    for (int64_t i = 0; i < m; i += 16) {
+        const __mmask16 live = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);
+        const __mmask8 live0 = (__mmask8)live, live1 = (__mmask8)(live >> 8);
+        __m512i u = _mm512_maskz_loadu_epi32(live, x + i);
+        __m512i a = _mm512_and_si512(u, abs_mask);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(a, expmask); /* read as +0 */
+        __mmask16 neg = _mm512_mask_cmplt_epi32_mask((__mmask16)~nan, u, zero);
+        a = _mm512_mask_mov_epi32(a, nan, zero);
+        __m512i k = _mm512_add_epi32(_mm512_srl_epi32(a, shift), _mm512_srl_epi32(_mm512_add_epi32(a, lowmask), shift));
+        k = _mm512_min_epu32(_mm512_max_epu32(k, klo1), khi1);
+        k = _mm512_mask_mov_epi32(k, _mm512_cmpeq_epi32_mask(a, zero), off);
+        k = _mm512_sub_epi32(k, off);
+        k = _mm512_mask_add_epi32(k, neg, k, ntot);
+        __m512i e0 = _mm512_mask_i32gather_epi64(zero, live0, _mm512_castsi512_si256(k), (const void *)lut, 8);
+        __m512i e1 = _mm512_mask_i32gather_epi64(zero, live1, _mm512_extracti64x4_epi64(k, 1), (const void *)lut, 8);
+        _mm512_mask_storeu_epi64(e + i, live0, e0);
+        _mm512_mask_storeu_epi64(e + i + 8, live1, e1);
+        __m512d d0 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_castsi512_si256(u)));
+        __m512d d1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(u, 1)));
+        _mm512_mask_storeu_pd(xo + i, live0, d0);
+        _mm512_mask_storeu_pd(xo + i + 8, live1, d1);
+        _mm512_mask_storeu_pd(xs + i, live0, _mm512_mask_mov_pd(d0, (__mmask8)nan, dzero));
+        _mm512_mask_storeu_pd(xs + i + 8, live1, _mm512_mask_mov_pd(d1, (__mmask8)(nan >> 8), dzero));
+    }
+}
+
 /* Whether this CPU's gathers are fast enough for table_det_tile_f32, measured once per process:
    16-lane gathers against table_gather_32's scalar loads over the same 4 KiB table and keys (the
    best of 8 rounds each, in TSC ticks). Some CPUs run gathers in microcode (the mitigation of

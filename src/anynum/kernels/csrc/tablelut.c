@@ -120,7 +120,8 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
 }
 
 /* stochastic modes: the key (a vector loop), the neighbours (scalar loads), the choice (a vector
-   loop); inputs whose entry is searched (lo is NaN there) are redone after it, one by one */
+   loop); for float arrays where gathers are fast, the first two in one pass (table_sr_tile_f32).
+   Inputs whose entry is searched (lo is NaN there) are redone after it, one by one. */
 ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_table *t, const int M,
                                   const any_pos *at, int rbits, double two_r, int64_t *und) {
     const SFX(table_keymap) km = SFX(table_keys)(t);
@@ -133,6 +134,11 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
     k.two_r = two_r;
     const uint64_t step = (uint64_t)at->lstride;
     const int WIDE = sizeof(W) == 8; /* float32 numbers never need table_probability's scale */
+#if defined(__AVX512F__)
+    const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* table.c */
+    const uint32_t km32[6] = {(uint32_t)km.shift, (uint32_t)km.lowmask, (uint32_t)km.klo1,
+                              (uint32_t)km.khi1,  (uint32_t)km.off,     (uint32_t)km.ntot};
+#endif
     uint64_t index = at->idx0;
     for (int64_t i0 = 0; i0 < n; i0 += TABLE_TILE) {
         const int64_t m = n - i0 < TABLE_TILE ? n - i0 : TABLE_TILE;
@@ -141,16 +147,23 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
         double xo[TABLE_TILE], xs_t[TABLE_TILE], lo_t[TABLE_TILE], hi_t[TABLE_TILE];
         WU key[TABLE_TILE];
         uint64_t e[TABLE_TILE];
-        for (int64_t i = 0; i < m; i++) {
-            double v = (double)x[i];
-            key[i] = SFX(table_key_sr)(SFX(bits)(x[i]), &km);
-            xo[i] = v;
-            xs_t[i] = v != v ? 0.0 : v;
+#if defined(__AVX512F__)
+        if (one_pass) {
+            table_sr_tile_f32((const uint32_t *)x, m, (const uint64_t *)t->lut, km32, e, xo, xs_t);
+        } else
+#endif
+        {
+            for (int64_t i = 0; i < m; i++) {
+                double v = (double)x[i];
+                key[i] = SFX(table_key_sr)(SFX(bits)(x[i]), &km);
+                xo[i] = v;
+                xs_t[i] = v != v ? 0.0 : v;
+            }
+            if (sizeof(W) == 4) /* lo's float32 bits and hi's, packed in one uint64 */
+                table_gather_64k32((const uint64_t *)t->lut, (const uint32_t *)key, e, m);
+            else /* lo and hi side by side */
+                table_gather_pair((const double *)t->lut, (const uint64_t *)key, lo_t, hi_t, m);
         }
-        if (sizeof(W) == 4) /* lo's float32 bits and hi's, packed in one uint64 */
-            table_gather_64k32((const uint64_t *)t->lut, (const uint32_t *)key, e, m);
-        else /* lo and hi side by side */
-            table_gather_pair((const double *)t->lut, (const uint64_t *)key, lo_t, hi_t, m);
         int64_t count = 0, nf = 0;
         uint64_t ix = index;
         /* x and xs (NaN read as 0) from arrays: computed in the loop, GCC threads xs's select into
