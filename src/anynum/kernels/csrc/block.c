@@ -31,7 +31,7 @@ static int block_exponent(double amax, const any_block *b) {
 static double round_up_into(const any_float *fmt, double q, double smallest) {
     float_k_f64 k = float_consts_f64(fmt);
     int u = 0;
-    double s = float_round_f64(q, &k, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
+    double s = float_round_f64(q, &k, M_RU, 0, 0, 0, 0.0, &u);
     return q > 0.0 ? s : smallest;
 }
 
@@ -143,12 +143,12 @@ static void blocks_scales(const block_job *j, const uint64_t *bits, int64_t nb, 
         if (b->scale_fmt.recip) {
             for (int64_t i = 0; i < nb; i++) {
                 int u = 0;
-                rq[i] = float_round_f64(q[i], &fk, M_RU, 0, 1, 0, 0, 0, 0.0, &u);
+                rq[i] = float_round_f64(q[i], &fk, M_RU, 0, 1, 0, 0.0, &u);
             }
         } else {
             for (int64_t i = 0; i < nb; i++) {
                 int u = 0;
-                rq[i] = float_round_f64(q[i], &fk, M_RU, 0, 0, 0, 0, 0, 0.0, &u);
+                rq[i] = float_round_f64(q[i], &fk, M_RU, 0, 0, 0, 0.0, &u);
             }
         }
         for (int64_t i = 0; i < nb; i++) {

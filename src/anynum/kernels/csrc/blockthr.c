@@ -230,9 +230,9 @@ static void thrq_elements(const any_call *c, const float *x, float *y, int64_t n
        doubles, and x / S off lo by more than half an ulp of lo when they differ), so no quotient */
     if (c->mode == M_RU) THRQ_GROUPS((fabs((double)xf) != (double)lo * S) & (xf > 0.0f))
     else if (c->mode == M_RD) THRQ_GROUPS((fabs((double)xf) != (double)lo * S) & (xf < 0.0f))
-    else if (c->mode == M_SR) THRQ_GROUPS(sr_exact_up(f, base, index, &u))
-    else if (c->mode == M_SRT) THRQ_GROUPS(sr_trunc_up(f, base, index, rbits, two_r))
-    else THRQ_GROUPS((f > 0.0) & sr_coin(base, index))
+    else if (c->mode == M_SR) THRQ_GROUPS(sr_exact_up(f, counter_bits(base, index, 53), &u))
+    else if (c->mode == M_SRT) THRQ_GROUPS(sr_trunc_up(f, counter_bits(base, index, rbits), two_r))
+    else THRQ_GROUPS((f > 0.0) & (int)counter_bits(base, index, 1))
     int64_t count = 0;
     for (int j = 0; j < BLOCK_G; j++) count += cv[j];
     *und += count;

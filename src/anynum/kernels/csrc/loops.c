@@ -5,50 +5,56 @@
  * elements left undecided, whose input value is stored unchanged for the caller to refine.
  */
 
-#define ELEM_LOOP(NAME, CONSTS, KTYPE, CALL)                                                         \
+#define ELEM_RUN 256 /* elements a run: the stochastic modes draw a run's bits first (counter_draws) */
+#define ELEM_LOOP(NAME, M, CONSTS, KTYPE, CALL)                                                      \
     static void SFX(NAME)(const void *xv, void *yv, int64_t n, const any_call *c, const any_pos *at, \
                           int64_t *und) {                                                            \
         const W *xs = (const W *)xv;                                                                 \
         W *ys = (W *)yv;                                                                             \
         const KTYPE k = CONSTS;                                                                      \
         const uint64_t base = at->base, step = (uint64_t)at->lstride;                               \
-        uint64_t index = at->idx0; /* an induction variable: no multiply per element */             \
         const int rbits = c->rand_bits;                                                              \
         const double two_r = c->two_r;                                                               \
         int64_t count = 0;                                                                           \
-        for (int64_t i = 0; i < n; i++) {                                                            \
-            int u = 0;                                                                               \
-            W x = xs[i];                                                                             \
-            W y = CALL;                                                                              \
-            ys[i] = u ? x : y;                                                                       \
-            count += u;                                                                              \
-            index += step;                                                                           \
+        for (int64_t i0 = 0; i0 < n; i0 += ELEM_RUN) {                                               \
+            const int64_t m = n - i0 < ELEM_RUN ? n - i0 : ELEM_RUN;                                 \
+            uint64_t draws[ELEM_RUN]; /* read by the stochastic modes alone */                      \
+            if (M >= M_SR)                                                                           \
+                counter_draws(draws, base, at->idx0 + (uint64_t)i0 * step, step, m, draw_bits(M, rbits)); \
+            for (int64_t i = 0; i < m; i++) {                                                        \
+                int u = 0;                                                                           \
+                W x = xs[i0 + i];                                                                    \
+                uint64_t draw = M >= M_SR ? draws[i] : 0;                                            \
+                W y = CALL;                                                                          \
+                ys[i0 + i] = u ? x : y;                                                              \
+                count += u;                                                                          \
+            }                                                                                        \
         }                                                                                            \
         *und += count;                                                                               \
     }
 
 #define FLOAT_LOOPS(M)                                                                               \
-    ELEM_LOOP(float_##M##_any, SFX(float_consts)(&c->f), SFX(float_k),                              \
-              SFX(float_round)(x, &k, M, 0, 0, base, index, rbits, two_r, &u))                           \
-    ELEM_LOOP(float_##M##_common, SFX(float_consts)(&c->f), SFX(float_k),                           \
-              SFX(float_round)(x, &k, M, 1, 0, base, index, rbits, two_r, &u))                           \
-    ELEM_LOOP(float_##M##_recip, SFX(float_consts)(&c->f), SFX(float_k),                            \
-              SFX(float_round)(x, &k, M, 1, 1, base, index, rbits, two_r, &u))                           \
-    ELEM_LOOP(uniform_##M##_clamp, SFX(uniform_consts)(&c->u), SFX(uniform_k),                      \
-              SFX(uniform_round)(x, &k, M, 0, base, index, rbits, two_r, &u))                            \
-    ELEM_LOOP(uniform_##M##_wrap, SFX(uniform_consts)(&c->u), SFX(uniform_k),                       \
-              SFX(uniform_round)(x, &k, M, 1, base, index, rbits, two_r, &u))                            \
-    ELEM_LOOP(posit_##M, SFX(posit_consts)(&c->p), SFX(posit_k),                                    \
-              SFX(posit_round)(x, &k, M, base, index, rbits, two_r, &u)) \
-    ELEM_LOOP(positfast_##M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                        \
-              SFX(positfast_round)(x, &k, M, 1, base, index, rbits, two_r, &u, 0))
+    ELEM_LOOP(float_##M##_any, M, SFX(float_consts)(&c->f), SFX(float_k),                           \
+              SFX(float_round)(x, &k, M, 0, 0, draw, two_r, &u))                                     \
+    ELEM_LOOP(float_##M##_common, M, SFX(float_consts)(&c->f), SFX(float_k),                        \
+              SFX(float_round)(x, &k, M, 1, 0, draw, two_r, &u))                                     \
+    ELEM_LOOP(float_##M##_recip, M, SFX(float_consts)(&c->f), SFX(float_k),                         \
+              SFX(float_round)(x, &k, M, 1, 1, draw, two_r, &u))                                     \
+    ELEM_LOOP(uniform_##M##_clamp, M, SFX(uniform_consts)(&c->u), SFX(uniform_k),                   \
+              SFX(uniform_round)(x, &k, M, 0, draw, two_r, &u))                                      \
+    ELEM_LOOP(uniform_##M##_wrap, M, SFX(uniform_consts)(&c->u), SFX(uniform_k),                    \
+              SFX(uniform_round)(x, &k, M, 1, draw, two_r, &u))                                      \
+    ELEM_LOOP(posit_##M, M, SFX(posit_consts)(&c->p), SFX(posit_k),                                 \
+              SFX(posit_round)(x, &k, M, draw, rbits, two_r, &u))                                    \
+    ELEM_LOOP(positfast_##M, M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                     \
+              SFX(positfast_round)(x, &k, M, 1, draw, rbits, two_r, &u, 0))
 
 /* float_bits by runs: a run with no nonzero input below the format's smallest normal (the common
    case) skips the subnormal branch; others take both branches and hand back undecided elements.
    A zero keeps its run on the normal branch, which rounds it to itself in every mode: zeros are
    common (ReLU outputs, the gradients of dead units), and counting them as tiny sent a third of a
    gradient's runs down the slow branch (bf16 rounding of 4k elements with a third zeros took
-   1.9x as long as of 4k without) */
+   1.9x as long as of 4k without). The SR modes draw a run's bits first (counter_draws). */
 #define BITS_RUN 256
 #define BITS_LOOP(M)                                                                                 \
     static void SFX(float_bits_##M)(const void *xv, void *yv, int64_t n, const any_call *c,          \
@@ -66,21 +72,21 @@
             W *yr = ys + i0;                                                                         \
             int tiny = 0;                                                                            \
             for (int64_t i = 0; i < m; i++) tiny |= (FABSW(xr[i]) < k.smallest_normal) & (xr[i] != 0); \
-            uint64_t index = at->idx0 + (uint64_t)i0 * step;                                        \
+            const int sr = M == M_SR || M == M_SRT;                                                  \
+            uint64_t draw[BITS_RUN]; /* read by the SR modes alone */                                \
+            if (sr) counter_draws(draw, base, at->idx0 + (uint64_t)i0 * step, step, m, M == M_SR ? 53 : rbits); \
             if (!tiny) {                                                                             \
                 for (int64_t i = 0; i < m; i++) {                                                    \
                     int u = 0;                                                                       \
-                    yr[i] = SFX(float_bits)(xr[i], &k, M, 1, base, index, rbits, two_r, &u);         \
-                    index += step;                                                                   \
+                    yr[i] = SFX(float_bits)(xr[i], &k, M, 1, sr ? draw[i] : 0, rbits, two_r, &u);   \
                 }                                                                                    \
             } else {                                                                                 \
                 for (int64_t i = 0; i < m; i++) {                                                    \
                     int u = 0;                                                                       \
                     W x = xr[i];                                                                     \
-                    W y = SFX(float_bits)(x, &k, M, 0, base, index, rbits, two_r, &u);               \
+                    W y = SFX(float_bits)(x, &k, M, 0, sr ? draw[i] : 0, rbits, two_r, &u);       \
                     yr[i] = u ? x : y;                                                               \
                     count += u;                                                                      \
-                    index += step;                                                                   \
                 }                                                                                    \
             }                                                                                        \
         }                                                                                            \
@@ -139,29 +145,26 @@ static void SFX(positfast_sr)(const void *xv, void *yv, int64_t n, const any_cal
     int64_t count = 0;
     for (int64_t i0 = 0; i0 < n; i0 += PSR_RUN) {
         const int64_t m = n - i0 < PSR_RUN ? n - i0 : PSR_RUN;
-        const uint64_t idx0 = at->idx0 + (uint64_t)i0 * step;
         W yb[PSR_RUN];
+        uint64_t draws[PSR_RUN];
+        counter_draws(draws, base, at->idx0 + (uint64_t)i0 * step, step, m, 53);
         int need = 0, cnt = 0;
-        uint64_t index = idx0;
         for (int64_t j = 0; j < m; j++) {
             int u = 0, nd = 0;
             W x = xs[i0 + j];
-            W y = SFX(positfast_round)(x, &k, M_SR, 0, base, index, 0, 0.0, &u, &nd);
+            W y = SFX(positfast_round)(x, &k, M_SR, 0, draws[j], 0, 0.0, &u, &nd);
             yb[j] = u ? x : y;
             cnt += u;
             need |= nd;
-            index += step;
         }
         if (need) {
             cnt = 0;
-            index = idx0;
             for (int64_t j = 0; j < m; j++) {
                 int u = 0;
                 W x = xs[i0 + j];
-                W y = SFX(positfast_round)(x, &k, M_SR, 1, base, index, 0, 0.0, &u, 0);
+                W y = SFX(positfast_round)(x, &k, M_SR, 1, draws[j], 0, 0.0, &u, 0);
                 yb[j] = u ? x : y;
                 cnt += u;
-                index += step;
             }
         }
         if (m == PSR_RUN) /* a constant size: copied with vector moves */
@@ -207,7 +210,7 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
 #define BLOCK_ELEM(ROUND, QEXPR, FIXQ, XV, YV, IDX, SW, BW, CNT)                                        \
     {                                                                                                \
         int u = 0;                                                                                   \
-        const uint64_t index = idx0 + (uint64_t)(IDX);                                               \
+        const uint64_t draw = stochastic ? draws[IDX] : 0;                                           \
         const W x = XV;                                                                              \
         W q = QEXPR;                                                                                 \
         FIXQ                                                                                         \
@@ -255,6 +258,11 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
         const W tiny = c->b.fix_tiny ? W_TINY : (W)0;                                                \
         const W hi_clip = c->b.symmetric ? (W)c->b.elem_max : (W)INFINITY; /* symmetric blocks */    \
         const W lo_clip = -hi_clip;                                                                  \
+        const int stochastic = M >= M_SR;                                                            \
+        uint64_t draws[BLOCK_CHUNK]; /* the chunk's bits, drawn first in the stochastic modes */    \
+        for (int64_t j = 0; stochastic && j < n; j += 256)                                           \
+            counter_draws(draws + j, base, idx0 + (uint64_t)j, 1, n - j < 256 ? n - j : 256,         \
+                          draw_bits(M, rbits));                                                      \
         int64_t count = 0;                                                                           \
         /* the kinds with a group body; BK_DIV (rare: scales without an exact reciprocal, float64  \
            inputs with non-power-of-two scales) goes element by element */                            \
@@ -286,13 +294,13 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
 
 #define BLOCK_LOOPS(M)                                                                               \
     BLOCK_LOOP(bfloat_##M##_any, M, SFX(float_consts)(&c->b.ef), SFX(float_k),                      \
-               SFX(float_round)(q, &k, M, 0, 0, base, index, rbits, two_r, &u))                      \
+               SFX(float_round)(q, &k, M, 0, 0, draw, two_r, &u))                                     \
     BLOCK_LOOP(bfloat_##M##_recip, M, SFX(float_consts)(&c->b.ef), SFX(float_k),                    \
-               SFX(float_round)(q, &k, M, 1, 1, base, index, rbits, two_r, &u))                      \
+               SFX(float_round)(q, &k, M, 1, 1, draw, two_r, &u))                                     \
     BLOCK_LOOP(buniform_##M##_clamp, M, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),              \
-               SFX(uniform_round)(q, &k, M, 0, base, index, rbits, two_r, &u))                       \
+               SFX(uniform_round)(q, &k, M, 0, draw, two_r, &u))                                      \
     BLOCK_LOOP(buniform_##M##_wrap, M, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),               \
-               SFX(uniform_round)(q, &k, M, 1, base, index, rbits, two_r, &u))
+               SFX(uniform_round)(q, &k, M, 1, draw, two_r, &u))
 
 BLOCK_LOOPS(0)
 BLOCK_LOOPS(1)

@@ -24,8 +24,8 @@ ANY_INLINE SFX(posit_k) SFX(posit_consts)(const any_posit *p) {
     return k;
 }
 
-ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t base, uint64_t index,
-                               int rbits, double two_r, int *und) {
+ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t draw, int rbits,
+                               double two_r, int *und) {
     const WI n = k->n, es = k->es;
     W a = FABSW(x);
     int finite = a < (W)INFINITY;
@@ -84,7 +84,7 @@ ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t 
             uint64_t pbits = f64_bits(pr);
             pbits = pbits > 0x3FEFFFFFFFFFFFFFull ? 0x3FEFFFFFFFFFFFFFull : pbits;
             pr = f64_from(pbits);
-            up = sr_exact_up(pr, base, index, und);
+            up = sr_exact_up(pr, draw, und);
         } else { /* frac_truncated: the first rbits dropped bits */
             int64_t d = (int64_t)dropped, len = (int64_t)dlen;
             int64_t ush = rbits - len, dsh = len - rbits;
@@ -92,7 +92,7 @@ ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t 
             dsh = dsh < 0 ? 0 : (dsh > 62 ? 62 : dsh);
             int64_t kept_r = (int64_t)((uint64_t)d << ush) >> dsh;
             double pr = (double)kept_r * (1.0 / two_r);
-            up = sr_trunc_up(pr, base, index, rbits, two_r);
+            up = sr_trunc_up(pr, draw, two_r);
         }
     } else {
         /* frac_class: 0, 1/4, 1/2, 3/4 as the dropped bits are zero, below, at, above the tie */
@@ -104,12 +104,12 @@ ANY_INLINE W SFX(posit_round)(W x, const SFX(posit_k) *k, const int M, uint64_t 
         WI nonzero = dropped != 0;
         W cls = (W)(nonzero + (nonzero & (dropped >= half)) + (dropped > half)) * (W)0.25;
         if (M == M_SRU) {
-            up = (cls > (W)0) & sr_coin(base, index);
+            up = (cls > (W)0) & (int)draw;
         } else if (M == M_RU || M == M_RD) {
             up = (cls > (W)0) & (M == M_RU ? !neg : neg);
         } else { /* nearest (three tie rules), toward zero, odd: on the magnitude's code */
             W par = (W)(WI)parity;
-            W r = SFX(round_scaled)(par + cls, M, base, index, rbits, two_r, und);
+            W r = SFX(round_scaled)(par + cls, M, draw, two_r, und);
             up = (r - par) > (W)0;
         }
     }
@@ -154,8 +154,7 @@ ANY_INLINE SFX(positfast_k) SFX(positfast_consts)(const any_posit *p) {
 /* GEOM = 0 (exact SR only): the position is the exact dropped / 2**pc everywhere, and *need is
    set where that is wrong, so the caller redoes those inputs with GEOM = 1 (loops.c) */
 ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, const int GEOM,
-                                   uint64_t base, uint64_t index, int rbits, double two_r, int *und,
-                                   int *need) {
+                                   uint64_t draw, int rbits, double two_r, int *und, int *need) {
     const int top_bit = 8 * (int)sizeof(WI) - 1;
     const WI absmask = (WI)(~(WU)0 >> 1), inf_bits = (WI)SFX(bits)((W)INFINITY);
     WI xb = (WI)SFX(bits)(x);
@@ -186,14 +185,14 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
     else if (M == M_RU) up = inexact & (neg ^ 1);
     else if (M == M_RD) up = inexact & neg;
     else if (M == M_RO) up = under | (inexact & (parity ^ 1));
-    else if (M == M_SRU) up = inexact & (WI)sr_coin(base, index);
+    else if (M == M_SRU) up = inexact & (WI)draw;
     else if (M == M_SR && !GEOM) {
         /* sr_exact_up of dropped / 2**pc on integers: for pc <= 53, t = dropped * 2**(53 - pc) is
            an integer, so the draw is never undecided and goes up where it is below t (pc > W_MAN
            sets *need: those runs are redone; the shift's clamp only keeps it defined) */
         WI sh = 53 - pc;
         sh = sh < 0 ? 0 : sh;
-        up = counter_bits(base, index, 53) < ((uint64_t)(WU)dropped << sh);
+        up = draw < ((uint64_t)(WU)dropped << sh);
         /* one comparison: with two GCC finds no vector type */
         *need = (int)((under ? k->under_pc : pc) > W_MAN);
     } else if (M == M_SR) { /* value_position, as posit_round computes it */
@@ -210,7 +209,7 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
         pr = (under | over) ? ratio : pr;
         uint64_t pbits = f64_bits(pr);
         pbits = pbits > 0x3FEFFFFFFFFFFFFFull ? 0x3FEFFFFFFFFFFFFFull : pbits;
-        up = sr_exact_up(f64_from(pbits), base, index, und);
+        up = sr_exact_up(f64_from(pbits), draw, und);
     } else { /* frac_truncated; below minpos the result is minpos whatever the draw (drive.c) */
         int64_t d = (int64_t)dropped, len = (int64_t)pc;
         int64_t ush = rbits - len, dsh = len - rbits;
@@ -219,7 +218,7 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
         uint64_t kept_r = ((uint64_t)d << ush) >> dsh; /* the first rbits dropped bits */
         /* sr_trunc_up in integers: kept_r and the draw are below 2**rbits <= 2**52, so the
            float64 floor, scaling and sum there are exact */
-        up = kept_r + counter_bits(base, index, rbits) >= (uint64_t)two_r;
+        up = kept_r + draw >= (uint64_t)two_r;
     }
     WI mag = lo + (up ? step : 0);
     mag = under ? (up ? k->min_bits : 0) : mag;

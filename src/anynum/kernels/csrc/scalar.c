@@ -11,8 +11,7 @@ ANY_INLINE WU SFX(bits)(W v) { WU u; memcpy(&u, &v, sizeof u); return u; }
 ANY_INLINE W SFX(from)(WU u) { W v; memcpy(&v, &u, sizeof v); return v; }
 
 /* Round scaled values to integers (in W) under mode M; NaN and +-inf pass through. */
-ANY_INLINE W SFX(round_scaled)(W s, const int M, uint64_t base, uint64_t index, int rbits,
-                                double two_r, int *und) {
+ANY_INLINE W SFX(round_scaled)(W s, const int M, uint64_t draw, double two_r, int *und) {
     if (M == M_RNE) return RINTW(s);
     if (M == M_RZ) return TRUNCW(s);
     if (M == M_RU) return CEILW(s);
@@ -25,9 +24,9 @@ ANY_INLINE W SFX(round_scaled)(W s, const int M, uint64_t base, uint64_t index, 
     if (M == M_RNA) away = f >= (W)0.5;
     else if (M == M_RNZ) away = f > (W)0.5;
     else if (M == M_RO) away = (f > (W)0) & (lo * (W)0.5 == FLOORW(lo * (W)0.5));
-    else if (M == M_SR) away = sr_exact_up((double)f, base, index, und);
-    else if (M == M_SRT) away = sr_trunc_up((double)f, base, index, rbits, two_r);
-    else away = (f > (W)0) & sr_coin(base, index);
+    else if (M == M_SR) away = sr_exact_up((double)f, draw, und);
+    else if (M == M_SRT) away = sr_trunc_up((double)f, draw, two_r);
+    else away = (f > (W)0) & (int)draw;
     return COPYSIGNW(lo + (away ? (W)1 : (W)0), s);
 }
 
@@ -82,12 +81,11 @@ ANY_INLINE W SFX(grid_step)(W a, const SFX(float_k) *k) {
 /* COMMON: the format is signed and has a zero (fewer selects: GCC vectorises that loop);
    RECIP: every step's reciprocal is an exact normal number. */
 ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int COMMON,
-                               const int RECIP, uint64_t base, uint64_t index, int rbits, double two_r,
-                               int *und) {
+                               const int RECIP, uint64_t draw, double two_r, int *und) {
     W ax = FABSW(x);
     W step = SFX(grid_step)(ax, k);
     W s = RECIP ? x * SFX(reciprocal)(step) : x / step;
-    W r = SFX(round_scaled)(s, M, base, index, rbits, two_r, und);
+    W r = SFX(round_scaled)(s, M, draw, two_r, und);
     int x_inf = ax == (W)INFINITY;
     /* apply_overflow: where an overflowing result goes past max (inf, or NaN standing for it) */
     int beyond = (M == M_RZ || M == M_RO) ? x_inf
@@ -144,8 +142,9 @@ ANY_INLINE SFX(bits_k) SFX(bits_consts)(const any_float *p) {
     return k;
 }
 
-ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int NORMAL, uint64_t base,
-                              uint64_t index, int rbits, double two_r, int *und) {
+/* the SR modes' draw: counter_bits(base, index, 53) for exact SR, rand_bits of them for SRT */
+ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int NORMAL, uint64_t draw,
+                              int rbits, double two_r, int *und) {
     WU b = SFX(bits)(x);
     WU neg = b >> (8 * sizeof(W) - 1);
     WU dropped = b & k->low;
@@ -157,11 +156,9 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
                           : 0;
     WU r = (b + add) & ~k->low;
     if (M == M_RO) r |= (dropped != 0 ? k->low + 1 : 0);
-    uint64_t draw = 0;
     if (M == M_SR || M == M_SRT) {
         /* one draw for both branches: a normal input's fraction is dropped / 2**drop, so
            exact SR's comparison with 53 random bits is on integers and never undecided */
-        draw = counter_bits(base, index, M == M_SR ? 53 : rbits);
         uint64_t d = (uint64_t)dropped;
         int up;
         if (M == M_SR) up = draw < (d << (53 - k->drop));
@@ -197,7 +194,7 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
         } else {
             W s = x * k->inv_a * k->inv_b;
             int u = 0;
-            sub = SFX(round_scaled)(s, M, 0, 0, 0, 0.0, &u) * k->step;
+            sub = SFX(round_scaled)(s, M, 0, 0.0, &u) * k->step;
         }
         y = ax < k->smallest_normal ? sub : y;
     }
@@ -235,7 +232,7 @@ ANY_INLINE SFX(uniform_k) SFX(uniform_consts)(const any_uniform *p) {
 }
 
 ANY_INLINE W SFX(uniform_round)(W x, const SFX(uniform_k) *k, const int M, const int WRAP,
-                                 uint64_t base, uint64_t index, int rbits, double two_r, int *und) {
+                                 uint64_t draw, double two_r, int *und) {
     if (WRAP) {
         /* torch.fmod(x, span) first (exact; span a power of two): x - trunc(x / span) * span is
            exact too (x / span is exact from 1 up and truncates to 0 below), and the sign of a zero
@@ -246,7 +243,7 @@ ANY_INLINE W SFX(uniform_round)(W x, const SFX(uniform_k) *k, const int M, const
     W s = x * k->inv_step; /* exact unless it underflows (steps above 1 only) */
     /* keep inputs that vanished nonzero, so directed modes still see their side */
     s = ((s == (W)0) & (x != (W)0)) ? COPYSIGNW(k->tiny, x) : s;
-    W r = SFX(round_scaled)(s, M, base, index, rbits, two_r, und);
+    W r = SFX(round_scaled)(s, M, draw, two_r, und);
     if (WRAP) {
         /* torch.fmod(r, modulus), exact for integer-valued |r| <= modulus (as above), then one
            shift by the modulus into [code_min, code_max]; NaN stays NaN */

@@ -108,15 +108,15 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
             uint64_t index = at->idx0 + (uint64_t)((i0 + i) * at->lstride);
             int64_t away;
             if (M == M_SRU) {
-                away = sr_coin(at->base, index);
+                away = (int64_t)counter_bits(at->base, index, 1);
             } else {
                 /* the probability of moving away from zero, in the magnitudes' order */
                 double pv = negative ? -v : v, plo = negative ? -hi : lo, phi = negative ? -lo : hi;
                 double p = table_probability(pv, plo, phi);
                 if (M == M_SR) {
-                    away = sr_exact_up(p, at->base, index, &u);
+                    away = sr_exact_up(p, counter_bits(at->base, index, 53), &u);
                 } else {
-                    away = sr_trunc_up(p, at->base, index, rbits, two_r);
+                    away = sr_trunc_up(p, counter_bits(at->base, index, rbits), two_r);
                 }
             }
             up = away ^ negative;
@@ -163,12 +163,12 @@ ANY_INLINE double table_sr_den(double lo, double hi, const int WIDE) {
 }
 
 ANY_INLINE double table_sr_choose(double v, double xs, double lo, double hi, const int M, const int WIDE,
-                                  const int DIV, const table_srk *k, uint64_t index, int *u) {
+                                  const int DIV, const table_srk *k, uint64_t draw, int *u) {
     int64_t nan = table_nan(v, xs, k->inf_is_nan, k->neg_nan);
     int64_t negative = hi <= 0.0;
     int64_t away;
     if (M == M_SRU) {
-        away = sr_coin(k->base, index);
+        away = (int64_t)draw;
     } else {
         /* table_probability on the magnitudes: (-xs) - (-hi) is hi - xs, bit for bit */
         int64_t big = WIDE ? (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000) : 0;
@@ -185,8 +185,8 @@ ANY_INLINE double table_sr_choose(double v, double xs, double lo, double hi, con
         b = b < 0 ? 0 : b;
         b = b > 0x3FEFFFFFFFFFFFFFll ? 0x3FEFFFFFFFFFFFFFll : b;
         p = f64_from((uint64_t)b);
-        if (M == M_SR) away = sr_exact_up(p, k->base, index, u);
-        else away = sr_trunc_up(p, k->base, index, k->rbits, k->two_r);
+        if (M == M_SR) away = sr_exact_up(p, draw, u);
+        else away = sr_trunc_up(p, draw, k->two_r);
     }
     double y = (away ^ negative) ? hi : lo;
     y = xs == lo ? lo : y; /* x on the table: in a negative interval p = 1 - 2**-53 may go either way */

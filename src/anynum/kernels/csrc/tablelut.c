@@ -165,7 +165,8 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
                 table_gather_pair((const double *)t->lut, (const uint64_t *)key, lo_t, hi_t, m);
         }
         int64_t count = 0, nf = 0;
-        uint64_t ix = index;
+        uint64_t draws[TABLE_TILE];
+        counter_draws(draws, k.base, index, step, m, draw_bits(M, rbits));
         /* x and xs (NaN read as 0) from arrays: computed in the loop, GCC threads xs's select into
            the compares on xs, which it then cannot vectorise */
 #define TABLE_SR_LOOP(DIV)                                                                          \
@@ -179,11 +180,10 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
                 lo = lo_t[i];                                                                       \
                 hi = hi_t[i];                                                                       \
             }                                                                                       \
-            double yv = table_sr_choose(v, xs_t[i], lo, hi, M, WIDE, DIV, &k, ix, &u);              \
+            double yv = table_sr_choose(v, xs_t[i], lo, hi, M, WIDE, DIV, &k, draws[i], &u);        \
             y[i] = (W)(u ? v : yv);                                                                 \
             count += u;                                                                             \
             nf += lo != lo;                                                                         \
-            ix += step;                                                                             \
         }
         if (M == M_SRU || t->lut_pow2) { /* every spacing a power of two: multiply */
             TABLE_SR_LOOP(0)
@@ -207,13 +207,13 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
                 int64_t i = idx[q];
                 double lo, hi;
                 table_sr_neighbours(t, pc[q], xc[q], &lo, &hi);
-                double yv = table_sr_choose(xo[i], xc[q], lo, hi, M, WIDE, 1, &k, index + (uint64_t)i * step, &u);
+                double yv = table_sr_choose(xo[i], xc[q], lo, hi, M, WIDE, 1, &k, draws[i], &u);
                 y[i] = (W)(u ? xo[i] : yv);
                 count += u;
             }
         }
         *und += count;
-        index = ix;
+        index += (uint64_t)m * step;
     }
 }
 
