@@ -7,10 +7,10 @@ SplitMix64 finaliser rounds of ``index ^ base``: four 64-bit multiplies per elem
 that results do not depend on the thread count, the call size or the path (C kernel,
 compiled, eager). Issue 15 keeps that generator. This benchmark builds a kernel that
 does only what any SR kernel with this generator must do: read x, draw the element's
-bits with the library's own ``counter_bits`` (csrc/common.c), let one bit decide, write
-y; threaded by the library's own pool (csrc/pool.c) in the same 64-element-aligned
-parts. Its time is a lower bound for every SR mode; ``out.copy_(x)`` and the pool's memcpy
-give the bandwidth line.
+bits (256 elements at a time with the library's own ``counter_draws``, csrc/common.c, as its
+SR loops do), let one bit decide, write y; threaded by the library's own pool (csrc/pool.c)
+in the same 64-element-aligned parts. Its time is a lower bound for every SR mode;
+``out.copy_(x)`` and the pool's memcpy give the bandwidth line.
 
 Every stochastic case of bench_quantize's table is timed beside it, with its format's
 round-to-nearest twin. The estimate for a case is the floor plus what its family's rounding
@@ -50,9 +50,14 @@ static void floor_task(void *ctx, int part, int parts) {
         memcpy(j->y + b, j->x + b, (size_t)(e - b) * sizeof(float));
         return;
     }
-    for (int64_t i = b; i < e; i++) { /* one random bit flips the sign: the draw cannot be dropped */
-        uint32_t u = f32_bits(j->x[i]) ^ ((uint32_t)counter_bits(j->base, (uint64_t)i, 1) << 31);
-        j->y[i] = f32_from(u);
+    for (int64_t i0 = b; i0 < e; i0 += 256) { /* the library's draws, as its SR loops take them */
+        const int64_t m = e - i0 < 256 ? e - i0 : 256;
+        uint64_t d[256];
+        counter_draws(d, j->base, (uint64_t)i0, 1, m, 1);
+        for (int64_t i = 0; i < m; i++) { /* one random bit flips the sign: the draw cannot be dropped */
+            uint32_t u = f32_bits(j->x[i0 + i]) ^ ((uint32_t)d[i] << 31);
+            j->y[i0 + i] = f32_from(u);
+        }
     }
 }
 
@@ -66,9 +71,18 @@ uint64_t anynum_bench_clock(int64_t n) { /* dependent 64-bit multiplies: 3 cycle
     return z;
 }
 
-uint64_t anynum_bench_hash_only(int64_t n, uint64_t base) { /* the floor's hash, no memory traffic */
+uint64_t anynum_bench_hash_only(int64_t n, uint64_t base) { /* the compiler's loop, no memory traffic */
     uint64_t acc = 0;
     for (int64_t i = 0; i < n; i++) acc ^= counter_bits(base, (uint64_t)i, 64);
+    return acc;
+}
+
+uint64_t anynum_bench_draws_only(int64_t n, uint64_t base) { /* counter_draws, into L1 and back */
+    uint64_t acc = 0, d[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        counter_draws(d, base, (uint64_t)i0, 1, 256, 64);
+        for (int k = 0; k < 256; k++) acc ^= d[k];
+    }
     return acc;
 }
 
@@ -117,9 +131,11 @@ def _library() -> ctypes.CDLL:
     lib.anynum_bench_floor.restype = None
     lib.anynum_bench_clock.argtypes = [i64]
     lib.anynum_bench_hash_only.argtypes = [i64, ctypes.c_uint64]
+    lib.anynum_bench_draws_only.argtypes = [i64, ctypes.c_uint64]
     lib.anynum_bench_lanes.argtypes = [i64, ctypes.c_int32]
     lib.anynum_bench_lane_count.restype = ctypes.c_int32
-    for f in (lib.anynum_bench_clock, lib.anynum_bench_hash_only, lib.anynum_bench_lanes):
+    for f in (lib.anynum_bench_clock, lib.anynum_bench_hash_only, lib.anynum_bench_draws_only,
+              lib.anynum_bench_lanes):
         f.restype = ctypes.c_uint64
     return lib
 
@@ -131,6 +147,20 @@ def _best(fn: Callable[[], object], rounds: int) -> float:
         t = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """The best time of each function, timed in turn in every round (so a slow spell on a shared
+    machine falls on all of them alike)."""
+    for fn in fns.values():
+        fn()  # builds, plans, pages
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t)
     return best
 
 
@@ -148,13 +178,15 @@ def cycles(lib: ctypes.CDLL, size: int, rounds: int) -> None:
     ghz = 3 * n_clock / _best(lambda: lib.anynum_bench_clock(n_clock), rounds) / 1e9
     x = torch.randn(size)
     out = torch.empty_like(x)
-    per = {
-        "out.copy_(x)": _best(lambda: out.copy_(x), rounds) / size,
-        "floor (read x, hash, write y)": _best(
-            lambda: lib.anynum_bench_floor(x.data_ptr(), out.data_ptr(), size, 12345, 1, 1), rounds
-        ) / size,
-        "hash alone, in registers": _best(lambda: lib.anynum_bench_hash_only(size, 12345), rounds) / size,
+    parts: dict[str, Callable[[], object]] = {
+        "out.copy_(x)": lambda: out.copy_(x),
+        "floor (read x, hash, write y)": lambda: lib.anynum_bench_floor(
+            x.data_ptr(), out.data_ptr(), size, 12345, 1, 1
+        ),
+        "hash alone, the compiler's loop over counter_bits": lambda: lib.anynum_bench_hash_only(size, 12345),
+        "hash alone, counter_draws (four chains)": lambda: lib.anynum_bench_draws_only(size, 12345),
     }
+    per = {name: t / size for name, t in _interleaved(parts, rounds).items()}
     lanes = lib.anynum_bench_lane_count()
     rounds_lanes = 1_000_000
     ops = rounds_lanes * 16  # 16 chains a round
@@ -201,14 +233,7 @@ def main() -> None:
         )
         twins[label] = f"{name} nearest"
         cases.setdefault(twins[label], lambda f=fmt, o=overflow: an.quantize(x, f, overflow=o, out=out))
-    best = dict.fromkeys(cases, float("inf"))
-    for fn in cases.values():
-        fn()  # builds, plans, pages
-    for _ in range(args.rounds):
-        for name, fn in cases.items():
-            t = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t)
+    best = _interleaved(cases, args.rounds)
     copy, floor = best["out.copy_(x)"], best["floor"]
     print(f"{args.size} float32 elements (randn * 4), {args.threads} threads, "
           f"minimum of {args.rounds} rounds")
