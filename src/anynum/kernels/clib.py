@@ -70,7 +70,7 @@ def source_text() -> str:
     def read(name: str) -> str:
         return f"/* ---- {name} ---- */\n" + (_DIR / name).read_text(encoding="utf-8")
 
-    parts = [read("common.c"), read("pool.c"), read("table.c")]
+    parts = [read("common.c"), read("pool.c"), read("table.c"), read("tablegather.c")]
     for suffix, macros in _TYPES.items():
         defines = "".join(f"#define {k} {v}\n" for k, v in macros.items())
         defines += f"#define SFX(n) CAT(n, _{suffix})\n"

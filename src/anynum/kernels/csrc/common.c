@@ -1,7 +1,7 @@
 /* anynum native rounding kernels: shared pieces (bits, dtype conversions, random bits, parameters).
  *
  * The library is assembled by anynum.kernels.clib from the files of this directory, in the
- * order common.c, pool.c, table.c, the per-family templates (scalar.c, posit.c, loops.c,
+ * order common.c, pool.c, table.c, tablegather.c, the per-family templates (scalar.c, posit.c, loops.c,
  * tablelut.c, each pasted once for float and once for double working types), blockscan.c, blockthr.c,
  * block.c, drive.c, and built by anynum.kernels.nativelib.
  *

@@ -86,7 +86,7 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
     const SFX(table_keymap) km = SFX(table_keys)(t);
     const WU nan_from = t->infinity_nan ? W_EXPMASK : W_EXPMASK + 1; /* |x| bits from which y is NaN */
 #if defined(__AVX512F__)
-    const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* table.c */
+    const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* tablegather.c */
     const uint32_t km32[6] = {(uint32_t)km.shift, (uint32_t)km.lowmask, (uint32_t)km.klo1,
                               (uint32_t)km.khi1,  (uint32_t)km.off,     (uint32_t)km.ntot};
 #endif
@@ -135,7 +135,7 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
     const uint64_t step = (uint64_t)at->lstride;
     const int WIDE = sizeof(W) == 8; /* float32 numbers never need table_probability's scale */
 #if defined(__AVX512F__)
-    const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* table.c */
+    const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* tablegather.c */
     const uint32_t km32[6] = {(uint32_t)km.shift, (uint32_t)km.lowmask, (uint32_t)km.klo1,
                               (uint32_t)km.khi1,  (uint32_t)km.off,     (uint32_t)km.ntot};
 #endif
