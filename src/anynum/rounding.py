@@ -40,6 +40,7 @@ __all__ = [
     "make_random_source",
     "parse_rounding",
     "round_scaled",
+    "splitmix64",
     "stochastic_away",
 ]
 
@@ -151,8 +152,22 @@ def _signed64(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
-def _splitmix64_int(z: int) -> int:
-    """SplitMix64 finaliser on a Python int (the scalar twin of `_splitmix64_`)."""
+def splitmix64(z: int) -> int:
+    """SplitMix64's finaliser on a Python int, taken mod 2**64: the mixing step of the counter stream.
+
+    The scalar twin of the tensor arithmetic in `counter_bits` (and of the C kernels' ``MIX64``);
+    `CounterRandom` derives its stream bases with it, and seeds derived elsewhere
+    (``anynum.emulate``'s per-call seeds) go through the same function. Integers of any size
+    and sign are taken mod 2**64; the result is in [0, 2**64).
+
+    SplitMix64 seeded with 0 (its state steps by 0x9E3779B97F4A7C15) gives its published first
+    outputs:
+
+    >>> [hex(splitmix64(k * 0x9E3779B97F4A7C15)) for k in (1, 2, 3)]
+    ['0xe220a8397b1dcdaf', '0x6e789e6aa1b965f4', '0x6c45d188009454f']
+    >>> splitmix64(-1) == splitmix64(2**64 - 1)
+    True
+    """
     z &= _MASK64
     z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
     z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
@@ -220,7 +235,7 @@ class RandomSource:
 @functools.lru_cache(maxsize=4096)
 def _counter_stream_base(seed: int, stream: int) -> int:
     # four SplitMix64 rounds in Python ints are ~4 us, asked twice per rounding call
-    return _signed64(_splitmix64_int(_splitmix64_int(seed) + stream))
+    return _signed64(splitmix64(splitmix64(seed) + stream))
 
 
 @dataclass(frozen=True)

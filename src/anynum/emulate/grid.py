@@ -36,7 +36,7 @@ from anynum.kernels.route import Plan
 from anynum.ops.core import Settings, float32_carries, round_exact
 from anynum.quantize import quantize
 from anynum.quantize.rounder import Rounder
-from anynum.rounding import CounterRandom, Rounding, RoundingLike, parse_rounding
+from anynum.rounding import CounterRandom, Rounding, RoundingLike, parse_rounding, splitmix64
 
 __all__ = ["Grid", "check_float_container", "elementwise_format", "is_exact_pair_mode"]
 
@@ -82,10 +82,7 @@ def is_exact_pair_mode(mode: Rounding, precision: int) -> bool:
 
 def _mix(seed: int, n: int) -> int:
     """A 62-bit seed for call `n` of the stream `seed` (SplitMix64 finaliser of both)."""
-    z = (seed * 0x9E3779B97F4A7C15 + n + 1) & ((1 << 64) - 1)
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
-    return (z ^ (z >> 31)) & _MASK62
+    return splitmix64(seed * 0x9E3779B97F4A7C15 + n + 1) & _MASK62
 
 
 class Grid:
