@@ -92,9 +92,10 @@ def _inputs(fmt: an.Table, dtype: torch.dtype) -> torch.Tensor:
 
 @pytest.fixture(params=["as built", "portable"])
 def table_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Each deterministic lookup of float arrays the library holds: the one it runs here (one
-    AVX-512 pass where the compiler targets it) and the portable three passes (the table's
-    `portable` flag), so both are held to the reference on a machine that builds the first."""
+    """Each lookup of float arrays the library holds, deterministic and stochastic: the one it
+    runs here (one AVX-512 pass where the compiler targets it and gathers are fast) and the
+    portable passes (the table's `portable` flag), so both are held to the reference on a
+    machine that builds the first."""
     from anynum.kernels import cparams
 
     if request.param == "as built":

@@ -93,11 +93,12 @@ ANY_INLINE uint64_t counter_bits(uint64_t base, uint64_t index, int nbits) {
     return z >> (64 - nbits);
 }
 
-/* counter_bits(base, index0 + j * step, nbits) for j < m (m <= 256; out holds 256), 32 at a time
+/* counter_bits(base, index0 + j * step, nbits) for j < m, 32 at a time (out must hold m rounded up
+   to a multiple of 32: whole blocks are written; the callers' runs are multiples of 32),
    in four vectors of eight lanes, step by step across the four. The compiler's loop over
    counter_bits keeps about one vector's chain in flight and waits on the multiplies' latency (15
    cycles for vpmullq); four chains side by side keep the multiplier busy: 2.5 against 2.8 cycles
-   an element on a Sapphire Rapids core, and 2.45 against 2.95 with a decision after them
+   an element on an Emerald Rapids core, and 2.45 against 2.95 with a decision after them
    (docs/speed.md). GCC and Clang split the vectors to the machine's width. */
 typedef uint64_t any_u64x8 __attribute__((vector_size(64)));
 static void counter_draws(uint64_t *out, uint64_t base, uint64_t index0, uint64_t step, int64_t m,

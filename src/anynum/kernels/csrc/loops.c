@@ -6,6 +6,7 @@
  */
 
 #define ELEM_RUN 256 /* elements a run: the stochastic modes draw a run's bits first (counter_draws) */
+_Static_assert(ELEM_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
 #define ELEM_LOOP(NAME, M, CONSTS, KTYPE, CALL)                                                      \
     static void SFX(NAME)(const void *xv, void *yv, int64_t n, const any_call *c, const any_pos *at, \
                           int64_t *und) {                                                            \
@@ -56,6 +57,7 @@
    gradient's runs down the slow branch (bf16 rounding of 4k elements with a third zeros took
    1.9x as long as of 4k without). The SR modes draw a run's bits first (counter_draws). */
 #define BITS_RUN 256
+_Static_assert(BITS_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
 #define BITS_LOOP(M)                                                                                 \
     static void SFX(float_bits_##M)(const void *xv, void *yv, int64_t n, const any_call *c,          \
                                     const any_pos *at, int64_t *und) {                               \
@@ -136,6 +138,7 @@ static const any_loop SFX(elem_loops)[7][M_COUNT] = {
    input that needs it (a binade where exponent bits are dropped, or below minpos with
    underflow="zero"), redone whole; results go through a local array, as y may be x. */
 #define PSR_RUN 256
+_Static_assert(PSR_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
 static void SFX(positfast_sr)(const void *xv, void *yv, int64_t n, const any_call *c, const any_pos *at,
                               int64_t *und) {
     const W *xs = (const W *)xv;
@@ -180,6 +183,7 @@ static void SFX(positfast_sr)(const void *xv, void *yv, int64_t n, const any_cal
 /* --- blocks: a chunk of whole blocks (or of one long block), each with its scale ---------------- */
 
 #define BLOCK_CHUNK 1024 /* elements per chunk: the working-type staging buffer and per-block arrays */
+_Static_assert(BLOCK_CHUNK % 256 == 0, "the block loops draw whole runs of 256");
 #define BLOCK_G 16       /* elements per group: the unit of the element loop over blocks of 16k elements */
 
 /* How a group forms q = x / s (the driver's choice, block.c's block_kind):

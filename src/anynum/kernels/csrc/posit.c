@@ -167,7 +167,9 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
     WI pc = k->pc0 + (kr ^ (kr >> top_bit));
     pc = pc < 0 ? 0 : pc;
     pc = pc > k->pcmax ? 0 : pc;
-    WI z = (b + k->zoff) & k->zmask; /* the bit string after the regime */
+    /* the bit string after the regime (the sum wraps for NaN patterns: in unsigned arithmetic,
+       where wrapping is defined; those inputs become NaN below) */
+    WI z = (WI)(((WU)b + (WU)k->zoff) & (WU)k->zmask);
     WI step = SHLW(k->one, pc);
     WI dropped = z & (step - 1);
     WI lo = b - dropped;

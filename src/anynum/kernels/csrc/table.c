@@ -8,6 +8,7 @@
  * modes behind the lookup, table_sr_choose. */
 
 #define TABLE_TILE 256
+_Static_assert(TABLE_TILE % 32 == 0, "counter_draws writes whole blocks of 32");
 #define TABLE_LINEAR 16 /* tables up to this size are searched by counting */
 
 /* Whether a tie between lo < hi goes to hi under tie policy TIES (0 smaller_magnitude, 1 away,
