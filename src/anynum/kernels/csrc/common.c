@@ -130,11 +130,6 @@ ANY_INLINE int draw_bits(int M, int rbits) {
     return M == M_SR ? 53 : (M == M_SRT ? rbits : (M == M_SRU ? 1 : 0));
 }
 
-/* The element's draw: counter_bits(base, index, draw_bits(M, rbits)), 0 in deterministic modes */
-ANY_INLINE uint64_t mode_draw(int M, uint64_t base, uint64_t index, int rbits) {
-    return M >= M_SR ? counter_bits(base, index, draw_bits(M, rbits)) : 0;
-}
-
 /* Exact stochastic rounding, first round (anynum.rounding.stochastic_first_round): up with
    probability f for dyadic f in [0, 1), deciding on the first 53 random bits, draw. *undecided is
    set where those bits equal f's first 53 and f has more: the caller hands these back. */

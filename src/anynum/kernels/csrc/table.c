@@ -150,7 +150,6 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
 typedef struct {
     double inf_is_nan, neg_nan, signed_zero;
     uint64_t base;
-    int rbits;
     double two_r;
 } table_srk;
 

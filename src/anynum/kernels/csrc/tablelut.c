@@ -130,7 +130,6 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
     k.neg_nan = t->negative_nan ? 0.0 : -INFINITY;    /* v < -inf never holds */
     k.signed_zero = t->signed_zero ? 1.0 : 0.0;
     k.base = at->base;
-    k.rbits = rbits;
     k.two_r = two_r;
     const uint64_t step = (uint64_t)at->lstride;
     const int WIDE = sizeof(W) == 8; /* float32 numbers never need table_probability's scale */
