@@ -142,6 +142,8 @@ def _typed(lib: ctypes.CDLL | None) -> ctypes.CDLL | None:
     lib.anynum_block_quotients.restype = None
     lib.anynum_stream_base.argtypes = [u64, u64]
     lib.anynum_stream_base.restype = u64
+    lib.anynum_counter_draws.argtypes = [vp, u64, u64, u64, i64, i32]
+    lib.anynum_counter_draws.restype = None
     lib.anynum_use_torch_team.argtypes = [i32]
     lib.anynum_use_torch_team.restype = i32
     lib.anynum_torch_team.argtypes = []

@@ -69,13 +69,16 @@ ANY_INLINE uint16_t float_to_bf16(float f) {
 /* --- counter-based random bits: anynum.rounding.counter_bits ------------------------------- */
 
 /* SplitMix64's finaliser in three steps, each in place on a uint64_t or a vector of them */
-#define MIX_A(z) z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull
+#define MIX_A_MUL 0xBF58476D1CE4E5B9ull
+#define MIX_A(z) z = (z ^ (z >> 30)) * MIX_A_MUL
 #define MIX_B(z) z = (z ^ (z >> 27)) * 0x94D049BB133111EBull
 #define MIX_C(z) z = z ^ (z >> 31)
 #define MIX_G(z) z ^= 0x9E3779B97F4A7C15ull
 /* counter_bits' steps in order (two finaliser rounds of index ^ base, the constant between
-   them), each applied by EACH to every chain of bits at once */
-#define COUNTER_STEPS(EACH) EACH(MIX_A) EACH(MIX_B) EACH(MIX_C) EACH(MIX_G) EACH(MIX_A) EACH(MIX_B) EACH(MIX_C)
+   them), each applied by EACH to every chain of bits at once; COUNTER_MID is all but the first
+   and the last */
+#define COUNTER_MID(EACH) EACH(MIX_B) EACH(MIX_C) EACH(MIX_G) EACH(MIX_A) EACH(MIX_B)
+#define COUNTER_STEPS(EACH) EACH(MIX_A) COUNTER_MID(EACH) EACH(MIX_C)
 
 ANY_INLINE uint64_t mix64(uint64_t z) {
     MIX_A(z);
@@ -101,27 +104,87 @@ ANY_INLINE uint64_t counter_bits(uint64_t base, uint64_t index, int nbits) {
    an element on an Emerald Rapids core, and 2.45 against 2.95 with a decision after them
    (docs/speed.md). GCC and Clang split the vectors to the machine's width. */
 typedef uint64_t any_u64x8 __attribute__((vector_size(64)));
-static void counter_draws(uint64_t *out, uint64_t base, uint64_t index0, uint64_t step, int64_t m,
-                          int nbits) {
+#define FOUR_CHAINS(STEP) STEP(a); STEP(b); STEP(c); STEP(d);
+/* the last step and the top 64 - drop bits: z ^ (z >> 31) has z's top 31 bits, so a draw of at
+   most 31 bits (drop >= 33) skips the last step */
+#define FOUR_STORES(out, drop)                                                                        \
+    if ((drop) < 33) { FOUR_CHAINS(MIX_C) }                                                           \
+    a >>= (drop), b >>= (drop), c >>= (drop), d >>= (drop);                                           \
+    memcpy((out), &a, sizeof a), memcpy((out) + 8, &b, sizeof b);                                     \
+    memcpy((out) + 16, &c, sizeof c), memcpy((out) + 24, &d, sizeof d)
+
+/* one block of 32: indices i0 + (lane + 8 v) * step for the vectors v = a, b, c, d */
+ANY_INLINE void draws_block(uint64_t *out, uint64_t base, uint64_t i0, uint64_t step, int drop) {
     const any_u64x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
     const any_u64x8 offs = lane * step;
-    const int drop = 64 - nbits;
+    any_u64x8 a = (offs + i0) ^ base, b = (offs + (i0 + 8 * step)) ^ base;
+    any_u64x8 c = (offs + (i0 + 16 * step)) ^ base, d = (offs + (i0 + 24 * step)) ^ base;
+    FOUR_CHAINS(MIX_A) COUNTER_MID(FOUR_CHAINS)
+    FOUR_STORES(out, drop);
+}
+
+/* Consecutive indices (step 1), the first round from a table. Within an aligned block of 32
+   indices i = 32 q + r, the first round's input is (i ^ base) ^ ((i ^ base) >> 30) = i ^ x with
+   x = (i >> 30) ^ base ^ (base >> 30), the same for the whole block (32 divides 2**30). Its bits
+   above the fifth and below it are disjoint sums, i ^ x = (32 q ^ (x & ~31)) + (r ^ (x & 31)), so
+   the first multiply is p_q + t_r (mod 2**64): one scalar product per block and a table of 32,
+   which holds while x & 31 does (it changes at multiples of 2**30 alone). That takes the first
+   round's shift, two xors and vpmullq off each vector: 1.36 against 1.72 cycles an element for
+   the hash alone (docs/speed.md). A run that starts inside a block (r0 > 0) straddles two: its
+   lanes from 32 - r0 on take the next block's product (straddle, a select per vector); a block
+   whose two halves see different x & 31 is drawn as in draws_block. */
+ANY_INLINE void draws_consecutive(uint64_t *out, uint64_t base, uint64_t index0, int64_t m, int drop,
+                                  const int straddle) {
+    const any_u64x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const uint64_t kb = base ^ (base >> 30), r0 = index0 & 31;
+    const any_u64x8 ka = lane + r0, kbv = lane + (r0 + 8), kc = lane + (r0 + 16), kd = lane + (r0 + 24);
+    /* lanes of the next block: all ones where lane + 8 v + r0 >= 32 */
+    const any_u64x8 na = (any_u64x8)(ka > 31), nb = (any_u64x8)(kbv > 31);
+    const any_u64x8 nc = (any_u64x8)(kc > 31), nd = (any_u64x8)(kd > 31);
+    uint64_t lo = ~0ull;
+    any_u64x8 ta = {0}, tb = {0}, tc = {0}, td = {0};
     for (int64_t j = 0; j < m; j += 32) {
-        const uint64_t i0 = index0 + (uint64_t)j * step;
-        any_u64x8 a = (offs + i0) ^ base, b = (offs + (i0 + 8 * step)) ^ base;
-        any_u64x8 c = (offs + (i0 + 16 * step)) ^ base, d = (offs + (i0 + 24 * step)) ^ base;
-#define FOUR_CHAINS(STEP) STEP(a); STEP(b); STEP(c); STEP(d);
-        COUNTER_STEPS(FOUR_CHAINS)
-#undef FOUR_CHAINS
-        a >>= drop;
-        b >>= drop;
-        c >>= drop;
-        d >>= drop;
-        memcpy(out + j, &a, sizeof a);
-        memcpy(out + j + 8, &b, sizeof b);
-        memcpy(out + j + 16, &c, sizeof c);
-        memcpy(out + j + 24, &d, sizeof d);
+        const uint64_t q0 = (index0 + (uint64_t)j) & ~31ull, q1 = q0 + 32;
+        const uint64_t x0 = (q0 >> 30) ^ kb, x1 = (q1 >> 30) ^ kb;
+        if (__builtin_expect((x0 & 31) != lo || (straddle && (x1 & 31) != lo), 0)) {
+            if (straddle && (x1 & 31) != (x0 & 31)) {
+                draws_block(out + j, base, index0 + (uint64_t)j, 1, drop);
+                continue;
+            }
+            lo = x0 & 31;
+            ta = ((ka & 31) ^ lo) * MIX_A_MUL, tb = ((kbv & 31) ^ lo) * MIX_A_MUL;
+            tc = ((kc & 31) ^ lo) * MIX_A_MUL, td = ((kd & 31) ^ lo) * MIX_A_MUL;
+        }
+        const uint64_t p0 = (q0 ^ (x0 & ~31ull)) * MIX_A_MUL;
+        any_u64x8 a, b, c, d;
+        if (straddle) {
+            const uint64_t p1 = (q1 ^ (x1 & ~31ull)) * MIX_A_MUL;
+            a = ta + ((na & p1) | (~na & p0)), b = tb + ((nb & p1) | (~nb & p0));
+            c = tc + ((nc & p1) | (~nc & p0)), d = td + ((nd & p1) | (~nd & p0));
+        } else {
+            a = ta + p0, b = tb + p0, c = tc + p0, d = td + p0;
+        }
+        COUNTER_MID(FOUR_CHAINS)
+        FOUR_STORES(out + j, drop);
     }
+}
+
+static void counter_draws(uint64_t *out, uint64_t base, uint64_t index0, uint64_t step, int64_t m,
+                          int nbits) {
+    const int drop = 64 - nbits;
+    if (step == 1 && (index0 & 31) == 0)
+        draws_consecutive(out, base, index0, m, drop, 0);
+    else if (step == 1)
+        draws_consecutive(out, base, index0, m, drop, 1);
+    else
+        for (int64_t j = 0; j < m; j += 32)
+            draws_block(out + j, base, index0 + (uint64_t)j * step, step, drop);
+}
+
+/* counter_draws for tests (tests/kernels/test_counter_draws.py): out holds m rounded up to 32 */
+void anynum_counter_draws(uint64_t *out, uint64_t base, uint64_t index0, uint64_t step, int64_t m,
+                          int32_t nbits) {
+    counter_draws(out, base, index0, step, m, nbits);
 }
 
 /* How many counter bits mode M draws per element: 53 for exact SR, rand_bits for SR with them,
