@@ -76,7 +76,9 @@ _Static_assert(BITS_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
             for (int64_t i = 0; i < m; i++) tiny |= (FABSW(xr[i]) < k.smallest_normal) & (xr[i] != 0); \
             const int sr = M == M_SR || M == M_SRT;                                                  \
             uint64_t draw[BITS_RUN]; /* read by the SR modes alone */                                \
-            if (sr) counter_draws(draw, base, at->idx0 + (uint64_t)i0 * step, step, m, draw_bits(M, rbits)); \
+            /* a run of normal inputs decides exact SR on the draw's top k.drop bits (float_bits) */ \
+            const int nbits = M == M_SR && !tiny ? (k.drop > 0 ? k.drop : 1) : draw_bits(M, rbits);   \
+            if (sr) counter_draws(draw, base, at->idx0 + (uint64_t)i0 * step, step, m, nbits);     \
             if (!tiny) {                                                                             \
                 for (int64_t i = 0; i < m; i++) {                                                    \
                     int u = 0;                                                                       \

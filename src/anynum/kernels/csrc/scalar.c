@@ -157,11 +157,14 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
     WU r = (b + add) & ~k->low;
     if (M == M_RO) r |= (dropped != 0 ? k->low + 1 : 0);
     if (M == M_SR || M == M_SRT) {
-        /* one draw for both branches: a normal input's fraction is dropped / 2**drop, so
-           exact SR's comparison with 53 random bits is on integers and never undecided */
+        /* a normal input's fraction is dropped / 2**drop, so exact SR's comparison with 53
+           random bits is on integers and never undecided: draw < dropped * 2**(53 - drop). That
+           is draw >> (53 - drop) < dropped, and the draw's top drop bits are counter_bits(..,
+           drop): the loops hand a run of normal inputs (NORMAL) those alone, a run holding a
+           subnormal one the 53 both branches use. */
         uint64_t d = (uint64_t)dropped;
         int up;
-        if (M == M_SR) up = draw < (d << (53 - k->drop));
+        if (M == M_SR) up = NORMAL ? draw < d : draw < (d << (53 - k->drop));
         else up = (rbits <= k->drop ? d >> (k->drop - rbits) : d << (rbits - k->drop)) + draw >= (uint64_t)two_r;
         r = (b & ~k->low) + (up ? k->low + 1 : 0);
     }
