@@ -78,10 +78,12 @@ uint64_t anynum_bench_hash_only(int64_t n, uint64_t base) { /* the compiler's lo
     return acc;
 }
 
-uint64_t anynum_bench_draws_only(int64_t n, uint64_t base) { /* counter_draws, into L1 and back */
+/* counter_draws, into L1 and back, on indices i * step: step 1 takes the first round from its table,
+   any other step the four general chains */
+uint64_t anynum_bench_draws_only(int64_t n, uint64_t base, uint64_t step) {
     uint64_t acc = 0, d[256];
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        counter_draws(d, base, (uint64_t)i0, 1, 256, 64);
+        counter_draws(d, base, (uint64_t)i0 * step, step, 256, 64);
         for (int k = 0; k < 256; k++) acc ^= d[k];
     }
     return acc;
@@ -132,7 +134,7 @@ def _library() -> ctypes.CDLL:
     lib.anynum_bench_floor.restype = None
     lib.anynum_bench_clock.argtypes = [i64]
     lib.anynum_bench_hash_only.argtypes = [i64, ctypes.c_uint64]
-    lib.anynum_bench_draws_only.argtypes = [i64, ctypes.c_uint64]
+    lib.anynum_bench_draws_only.argtypes = [i64, ctypes.c_uint64, ctypes.c_uint64]
     lib.anynum_bench_lanes.argtypes = [i64, ctypes.c_int32]
     lib.anynum_bench_lane_count.restype = ctypes.c_int32
     for f in (lib.anynum_bench_clock, lib.anynum_bench_hash_only, lib.anynum_bench_draws_only,
@@ -186,8 +188,11 @@ def cycles(lib: ctypes.CDLL, size: int, rounds: int) -> None:
             x.data_ptr(), out.data_ptr(), size, 12345, 1, 1
         ),
         "hash alone, the compiler's loop over counter_bits": lambda: lib.anynum_bench_hash_only(size, 12345),
-        "hash alone, counter_draws (four chains, the first round from a table)": (
-            lambda: lib.anynum_bench_draws_only(size, 12345)
+        "hash alone, counter_draws, consecutive indices (the first round from a table)": (
+            lambda: lib.anynum_bench_draws_only(size, 12345, 1)
+        ),
+        "hash alone, counter_draws, every third index (four general chains)": (
+            lambda: lib.anynum_bench_draws_only(size, 12345, 3)
         ),
     }
     per = {name: t / size for name, t in _interleaved(parts, rounds).items()}

@@ -129,30 +129,30 @@ ANY_INLINE void draws_block(uint64_t *out, uint64_t base, uint64_t i0, uint64_t 
    above the fifth and below it are disjoint sums, i ^ x = (32 q ^ (x & ~31)) + (r ^ (x & 31)), so
    the first multiply is p_q + t_r (mod 2**64): one scalar product per block and a table of 32,
    which holds while x & 31 does (it changes at multiples of 2**30 alone). That takes the first
-   round's shift, two xors and vpmullq off each vector: 1.36 against 1.72 cycles an element for
-   the hash alone (docs/speed.md). A run that starts inside a block (r0 > 0) straddles two: its
+   round's shift, two xors and vpmullq off each vector: the hash alone in 0.79-0.92 of the
+   general chains' time (benchmarks/bench_sr_floor.py --cycles, docs/speed.md). A run that starts inside a block (r0 > 0) straddles two: its
    lanes from 32 - r0 on take the next block's product (straddle, a select per vector); a block
    whose two halves see different x & 31 is drawn as in draws_block. */
 ANY_INLINE void draws_consecutive(uint64_t *out, uint64_t base, uint64_t index0, int64_t m, int drop,
                                   const int straddle) {
     const any_u64x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-    const uint64_t kb = base ^ (base >> 30), r0 = index0 & 31;
-    const any_u64x8 ka = lane + r0, kbv = lane + (r0 + 8), kc = lane + (r0 + 16), kd = lane + (r0 + 24);
+    const uint64_t xb = base ^ (base >> 30), r0 = index0 & 31;
+    const any_u64x8 ka = lane + r0, kb = lane + (r0 + 8), kc = lane + (r0 + 16), kd = lane + (r0 + 24);
     /* lanes of the next block: all ones where lane + 8 v + r0 >= 32 */
-    const any_u64x8 na = (any_u64x8)(ka > 31), nb = (any_u64x8)(kbv > 31);
+    const any_u64x8 na = (any_u64x8)(ka > 31), nb = (any_u64x8)(kb > 31);
     const any_u64x8 nc = (any_u64x8)(kc > 31), nd = (any_u64x8)(kd > 31);
     uint64_t lo = ~0ull;
     any_u64x8 ta = {0}, tb = {0}, tc = {0}, td = {0};
     for (int64_t j = 0; j < m; j += 32) {
         const uint64_t q0 = (index0 + (uint64_t)j) & ~31ull, q1 = q0 + 32;
-        const uint64_t x0 = (q0 >> 30) ^ kb, x1 = (q1 >> 30) ^ kb;
+        const uint64_t x0 = (q0 >> 30) ^ xb, x1 = (q1 >> 30) ^ xb;
         if (__builtin_expect((x0 & 31) != lo || (straddle && (x1 & 31) != lo), 0)) {
             if (straddle && (x1 & 31) != (x0 & 31)) {
                 draws_block(out + j, base, index0 + (uint64_t)j, 1, drop);
                 continue;
             }
             lo = x0 & 31;
-            ta = ((ka & 31) ^ lo) * MIX_A_MUL, tb = ((kbv & 31) ^ lo) * MIX_A_MUL;
+            ta = ((ka & 31) ^ lo) * MIX_A_MUL, tb = ((kb & 31) ^ lo) * MIX_A_MUL;
             tc = ((kc & 31) ^ lo) * MIX_A_MUL, td = ((kd & 31) ^ lo) * MIX_A_MUL;
         }
         const uint64_t p0 = (q0 ^ (x0 & ~31ull)) * MIX_A_MUL;
