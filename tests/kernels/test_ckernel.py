@@ -23,7 +23,7 @@ import torch
 import anynum as an
 from anynum.kernels.cparams import call_params
 from anynum.quantize.checks import check_representable
-from anynum.rounding import Rounding
+from anynum.rounding import CounterRandom, Rounding
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,32 @@ def test_fixed_point_posits_and_tables_on_float32_and_float64(
             continue  # quantize refuses it: values this dtype cannot hold
         x = torch.cat([inputs[dtype], cn.grid_inputs(fmt, dtype, probe_points)])
         cn.check(fmt, x)
+
+
+def test_fixed_point_sr_on_31_bits_at_its_own_draw(cn) -> None:  # type: ignore[no-untyped-def]
+    """Exact SR onto fixed point decides a float run on the draw's top 31 bits where every input
+    scales to at least 2**-8 steps (loops.c uniform_sr_clamp): f * 2**31 is an integer there.
+    Fractions equal to their element's own 31-bit draw, and one unit either side: up only above
+    it. And inputs just below 2**-8 steps, f = (2 d31 + 1) * 2**-32 for the element's draw d31:
+    the 53-bit draw goes up where its bit 21 is clear, which a 31-bit decision cannot see, so
+    their runs must draw 53 bits. Random inputs meet neither with probability above 2**-31."""
+    fmt, n, step = an.FixedPoint(4, 8), 1 << 16, 2.0**-8
+    d53 = CounterRandom(7).bits_at(torch.arange(n), 53, 0)
+    d31 = d53 >> 22
+    x = torch.full((n,), 0.75, dtype=torch.float64)  # a whole number of steps: f = 0
+    first = torch.arange(n) < n // 2  # (the two kinds apart: runs with a `below` input draw 53 bits)
+    at = (first & (d31 > 1 << 23) & (d31 < (1 << 24) - 1)).nonzero().reshape(-1)[:90]
+    below = (~first & (d31 < 1 << 23) & (d31 > 0)).nonzero().reshape(-1)[:40]
+    assert at.numel() == 90 and below.numel() == 40
+    for off, part in zip((-1, 0, 1), at.tensor_split(3)):
+        x[part] = (d31[part] + off).double() * 2.0**-31 * step  # f = (d31 + off) / 2**31
+    x[below] = (2 * d31[below] + 1).double() * 2.0**-32 * step
+    x = x.float()  # (exact: at most 24 significant bits)
+    want = cn.reference(fmt, Rounding.STOCHASTIC, "saturate", None, x)
+    up = want > x
+    assert [int(up[p].sum()) for p in at.tensor_split(3)] == [0, 0, 30]  # up only above the draw
+    assert 0 < int(up[below].sum()) < below.numel()  # the bit below 2**-31 decides both ways
+    cn.assert_same(cn.native(fmt, Rounding.STOCHASTIC, "saturate", None, x), want, x, "SR at the draw")
 
 
 EVERY_FAMILY = [

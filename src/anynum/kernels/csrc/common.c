@@ -24,6 +24,9 @@
 
 /* rounding modes, as numbered by anynum.kernels.cparams */
 enum { M_RNE, M_RNA, M_RNZ, M_RZ, M_RU, M_RD, M_RO, M_SR, M_SRT, M_SRU, M_COUNT };
+/* the loops' own mode: exact SR where every fraction f of the run is a multiple of 2**-31, decided
+   on the draw's top 31 bits (round_scaled); never a call's mode */
+enum { M_SR31 = M_COUNT };
 /* dtypes of inputs and outputs */
 enum { T_F16, T_BF16, T_F32, T_F64 };
 

@@ -129,10 +129,46 @@ FLOAT_LOOPS(9)
     {SFX(PRE##0##POST), SFX(PRE##1##POST), SFX(PRE##2##POST), SFX(PRE##3##POST), SFX(PRE##4##POST),  \
      SFX(PRE##5##POST), SFX(PRE##6##POST), SFX(PRE##7##POST), SFX(PRE##8##POST), SFX(PRE##9##POST)}
 
+/* Exact SR onto fixed point and integers (clamped), by runs: where every nonzero input of a run
+   scales to at least 2**-8 steps, each fraction f (a multiple of ulp(|s|): at least 2**-23 from
+   one step up, 2**-31 below it) is a multiple of 2**-31 for float arrays, so the run draws 31 bits
+   and decides on integers (M_SR31: never undecided); other runs, and float64 arrays (fractions
+   down to 2**-52), take uniform_7_clamp. */
+_Static_assert(M_SR == 7, "uniform_7_clamp is the exact SR loop");
+static void SFX(uniform_sr_clamp)(const void *xv, void *yv, int64_t n, const any_call *c, const any_pos *at,
+                                  int64_t *und) {
+    const W *xs = (const W *)xv;
+    W *ys = (W *)yv;
+    const SFX(uniform_k) k = SFX(uniform_consts)(&c->u);
+    const double t8 = c->u.step * 0x1p-8; /* a power of two: exact as a float where normal */
+    const W thr = sizeof(W) == 4 && t8 >= 0x1p-126 ? (W)t8 : (W)INFINITY;
+    for (int64_t i0 = 0; i0 < n; i0 += ELEM_RUN) {
+        const int64_t m = n - i0 < ELEM_RUN ? n - i0 : ELEM_RUN;
+        const W *xr = xs + i0;
+        W *yr = ys + i0;
+        const any_pos run = {at->base, at->idx0 + (uint64_t)i0 * (uint64_t)at->lstride, at->lstride};
+        int wide = 0;
+        for (int64_t i = 0; i < m; i++) wide |= (FABSW(xr[i]) < thr) & (xr[i] != 0);
+        if (wide) {
+            SFX(uniform_7_clamp)(xr, yr, m, c, &run, und);
+            continue;
+        }
+        uint64_t draws[ELEM_RUN];
+        counter_draws(draws, run.base, run.idx0, (uint64_t)run.lstride, m, 31);
+        for (int64_t i = 0; i < m; i++) {
+            int u = 0;
+            yr[i] = SFX(uniform_round)(xr[i], &k, M_SR31, 0, draws[i], 0.0, &u);
+        }
+    }
+}
+
 /* [variant][mode]: float any / common / recip, uniform clamp / wrap, posit, posit fast path */
 static const any_loop SFX(elem_loops)[7][M_COUNT] = {
     MODE_ROW(float_, _any),      MODE_ROW(float_, _common), MODE_ROW(float_, _recip),
-    MODE_ROW(uniform_, _clamp), MODE_ROW(uniform_, _wrap), MODE_ROW(posit_, ), MODE_ROW(positfast_, ),
+    {SFX(uniform_0_clamp), SFX(uniform_1_clamp), SFX(uniform_2_clamp), SFX(uniform_3_clamp),
+     SFX(uniform_4_clamp), SFX(uniform_5_clamp), SFX(uniform_6_clamp), SFX(uniform_sr_clamp),
+     SFX(uniform_8_clamp), SFX(uniform_9_clamp)},
+    MODE_ROW(uniform_, _wrap), MODE_ROW(posit_, ), MODE_ROW(positfast_, ),
 };
 
 /* Exact SR on the posit fast path, by runs of PSR_RUN elements: the position as the exact dyadic

@@ -25,6 +25,10 @@ ANY_INLINE W SFX(round_scaled)(W s, const int M, uint64_t draw, double two_r, in
     else if (M == M_RNZ) away = f > (W)0.5;
     else if (M == M_RO) away = (f > (W)0) & (lo * (W)0.5 == FLOORW(lo * (W)0.5));
     else if (M == M_SR) away = sr_exact_up((double)f, draw, und);
+    else if (M == M_SR31) { /* t = f * 2**31 an integer: draw53 < t * 2**22 is draw53 >> 22 < t */
+        W t = f * (W)0x1p31;
+        away = (int64_t)draw < (int64_t)(t < (W)0x1p31 ? t : (W)0); /* (NaN f: 0) */
+    }
     else if (M == M_SRT) away = sr_trunc_up((double)f, draw, two_r);
     else away = (f > (W)0) & (int)draw;
     return COPYSIGNW(lo + (away ? (W)1 : (W)0), s);
