@@ -133,9 +133,10 @@ ANY_INLINE void draws_block(uint64_t *out, uint64_t base, uint64_t i0, uint64_t 
    the first multiply is p_q + t_r (mod 2**64): one scalar product per block and a table of 32,
    which holds while x & 31 does (it changes at multiples of 2**30 alone). That takes the first
    round's shift, two xors and vpmullq off each vector: the hash alone in 0.79-0.92 of the
-   general chains' time (benchmarks/bench_sr_floor.py --cycles, docs/speed.md). A run that starts inside a block (r0 > 0) straddles two: its
-   lanes from 32 - r0 on take the next block's product (straddle, a select per vector); a block
-   whose two halves see different x & 31 is drawn as in draws_block. */
+   general chains' time (benchmarks/bench_sr_floor.py --cycles, docs/speed.md). A run that
+   starts inside a block (r0 > 0) straddles two: its lanes from 32 - r0 on take the next block's
+   product (straddle, a select per vector); a block whose two halves see different x & 31 is
+   drawn as in draws_block. */
 ANY_INLINE void draws_consecutive(uint64_t *out, uint64_t base, uint64_t index0, int64_t m, int drop,
                                   const int straddle) {
     const any_u64x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
