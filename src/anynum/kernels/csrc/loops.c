@@ -141,7 +141,11 @@ static void SFX(uniform_sr_clamp)(const void *xv, void *yv, int64_t n, const any
     W *ys = (W *)yv;
     const SFX(uniform_k) k = SFX(uniform_consts)(&c->u);
     const double t8 = c->u.step * 0x1p-8; /* a power of two: exact as a float where normal */
-    const W thr = sizeof(W) == 4 && t8 >= 0x1p-126 ? (W)t8 : (W)INFINITY;
+    if (sizeof(W) == 8 || t8 < 0x1p-126) { /* no run could draw 31 bits: no scan */
+        SFX(uniform_7_clamp)(xv, yv, n, c, at, und);
+        return;
+    }
+    const W thr = (W)t8;
     for (int64_t i0 = 0; i0 < n; i0 += ELEM_RUN) {
         const int64_t m = n - i0 < ELEM_RUN ? n - i0 : ELEM_RUN;
         const W *xr = xs + i0;
