@@ -176,9 +176,10 @@ static const any_loop SFX(elem_loops)[7][M_COUNT] = {
 };
 
 /* Exact SR on the posit fast path, by runs of PSR_RUN elements: the position as the exact dyadic
-   dropped / 2**pc, and the reference's ratio (a divide per element) only for the runs holding an
-   input that needs it (a binade where exponent bits are dropped, or below minpos with
-   underflow="zero"), redone whole; results go through a local array, as y may be x. */
+   dropped / 2**pc, decided on the draw's first W_MAN bits (positfast_round), and the reference's
+   ratio (a divide per element) on all 53 only for the runs holding an input that needs it (a
+   binade where exponent bits are dropped, or below minpos with underflow="zero"), drawn again and
+   redone whole; results go through a local array, as y may be x. */
 #define PSR_RUN 256
 _Static_assert(PSR_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
 static void SFX(positfast_sr)(const void *xv, void *yv, int64_t n, const any_call *c, const any_pos *at,
@@ -192,7 +193,8 @@ static void SFX(positfast_sr)(const void *xv, void *yv, int64_t n, const any_cal
         const int64_t m = n - i0 < PSR_RUN ? n - i0 : PSR_RUN;
         W yb[PSR_RUN];
         uint64_t draws[PSR_RUN];
-        counter_draws(draws, base, at->idx0 + (uint64_t)i0 * step, step, m, 53);
+        const uint64_t idx = at->idx0 + (uint64_t)i0 * step;
+        counter_draws(draws, base, idx, step, m, W_MAN);
         int need = 0, cnt = 0;
         for (int64_t j = 0; j < m; j++) {
             int u = 0, nd = 0;
@@ -203,6 +205,7 @@ static void SFX(positfast_sr)(const void *xv, void *yv, int64_t n, const any_cal
             need |= nd;
         }
         if (need) {
+            counter_draws(draws, base, idx, step, m, 53);
             cnt = 0;
             for (int64_t j = 0; j < m; j++) {
                 int u = 0;

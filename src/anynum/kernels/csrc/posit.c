@@ -189,12 +189,14 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
     else if (M == M_RO) up = under | (inexact & (parity ^ 1));
     else if (M == M_SRU) up = inexact & (WI)draw;
     else if (M == M_SR && !GEOM) {
-        /* sr_exact_up of dropped / 2**pc on integers: for pc <= 53, t = dropped * 2**(53 - pc) is
-           an integer, so the draw is never undecided and goes up where it is below t (pc > W_MAN
-           sets *need: those runs are redone; the shift's clamp only keeps it defined) */
-        WI sh = 53 - pc;
+        /* sr_exact_up of dropped / 2**pc on integers, draw holding the first W_MAN of its 53 bits:
+           for pc <= W_MAN, t = dropped * 2**(53 - pc) is an integer and a multiple of 2**(53 -
+           W_MAN), so the draw is never undecided, and draw53 < t iff draw < dropped * 2**(W_MAN -
+           pc), in W's integer lanes (pc > W_MAN sets *need: those runs are redrawn on 53 bits and
+           redone; the shift's clamp only keeps it defined) */
+        WI sh = W_MAN - pc;
         sh = sh < 0 ? 0 : sh;
-        up = draw < ((uint64_t)(WU)dropped << sh);
+        up = (WU)draw < ((WU)dropped << sh);
         /* one comparison: with two GCC finds no vector type */
         *need = (int)((under ? k->under_pc : pc) > W_MAN);
     } else if (M == M_SR) { /* value_position, as posit_round computes it */
