@@ -175,8 +175,6 @@ static void thresh_chunk(const any_call *c, const float *x, float *y, int64_t n,
                     e5 = p[5 * st], e6 = p[6 * st];                                                  \
         const double S = sc[b], I = iv[b], Sm = bad[b] ? (double)NAN : sc[b];                       \
         for (int j = 0; j < BLOCK_G; j++) {                                                          \
-            const uint64_t index = idx0 + (uint64_t)(i + j);                                         \
-            (void)index; /* the deterministic modes draw nothing */                                  \
             const float xf = xv[j], a = fabsf(xf);                                                   \
             float lo = a >= e0 ? g1 : g0, hi = a >= e0 ? g2 : g1;                                    \
             lo = a >= e1 ? g2 : lo;                                                                  \
@@ -226,13 +224,17 @@ static void thrq_elements(const any_call *c, const float *x, float *y, int64_t n
     const int rbits = c->rand_bits;
     const double two_r = c->two_r;
     int64_t cv[BLOCK_G] = {0};
+    /* the chunk's bits, drawn first in the stochastic modes (as the element loops draw them) */
+    uint64_t draws[BLOCK_CHUNK];
+    for (int64_t j = 0; c->mode >= M_SR && j < n; j += 256)
+        counter_draws(draws + j, base, idx0 + (uint64_t)j, 1, n - j < 256 ? n - j : 256, draw_bits(c->mode, rbits));
     /* up and down need only whether q is off the grid: |q| > lo iff |x| != lo * S (both exact
        doubles, and x / S off lo by more than half an ulp of lo when they differ), so no quotient */
     if (c->mode == M_RU) THRQ_GROUPS((fabs((double)xf) != (double)lo * S) & (xf > 0.0f))
     else if (c->mode == M_RD) THRQ_GROUPS((fabs((double)xf) != (double)lo * S) & (xf < 0.0f))
-    else if (c->mode == M_SR) THRQ_GROUPS(sr_exact_up(f, counter_bits(base, index, 53), &u))
-    else if (c->mode == M_SRT) THRQ_GROUPS(sr_trunc_up(f, counter_bits(base, index, rbits), two_r))
-    else THRQ_GROUPS((f > 0.0) & (int)counter_bits(base, index, 1))
+    else if (c->mode == M_SR) THRQ_GROUPS(sr_exact_up(f, draws[i + j], &u))
+    else if (c->mode == M_SRT) THRQ_GROUPS(sr_trunc_up(f, draws[i + j], two_r))
+    else THRQ_GROUPS((f > 0.0) & (int)draws[i + j])
     int64_t count = 0;
     for (int j = 0; j < BLOCK_G; j++) count += cv[j];
     *und += count;
