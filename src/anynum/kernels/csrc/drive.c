@@ -12,7 +12,7 @@ static any_loop select_loop(const any_call *c) {
     const any_loop (*tab)[M_COUNT] = c->wdt ? elem_loops_f64 : elem_loops_f32;
     switch (c->family) {
     case F_FLOAT:
-        if (c->f.on_bits && c->mode < M_SRU) return (c->wdt ? bits_loops_f64 : bits_loops_f32)[c->mode];
+        if (c->f.on_bits) return (c->wdt ? bits_loops_f64 : bits_loops_f32)[c->mode];
         return tab[c->f.common ? (c->f.recip ? 2 : 1) : 0][c->mode];
     case F_UNIFORM: return tab[3 + (c->u.wrap != 0)][c->mode];
     case F_POSIT:

@@ -74,7 +74,7 @@ _Static_assert(BITS_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
             W *yr = ys + i0;                                                                         \
             int tiny = 0;                                                                            \
             for (int64_t i = 0; i < m; i++) tiny |= (FABSW(xr[i]) < k.smallest_normal) & (xr[i] != 0); \
-            const int sr = M == M_SR || M == M_SRT;                                                  \
+            const int sr = M >= M_SR; /* the modes that draw */                                     \
             uint64_t draw[BITS_RUN]; /* read by the SR modes alone */                                \
             /* a run of normal inputs decides exact SR on the draw's top k.drop bits (float_bits) */ \
             const int nbits = M == M_SR && !tiny ? (k.drop > 0 ? k.drop : 1) : draw_bits(M, rbits);   \
@@ -105,10 +105,11 @@ BITS_LOOP(5)
 BITS_LOOP(6)
 BITS_LOOP(7)
 BITS_LOOP(8)
-/* [mode]: the deterministic modes and SR (exact, and with rand_bits) on bits (float_on_bits) */
-static const any_loop SFX(bits_loops)[M_SRU] = {
+BITS_LOOP(9)
+/* [mode]: every mode on bits (float_on_bits) */
+static const any_loop SFX(bits_loops)[M_COUNT] = {
     SFX(float_bits_0), SFX(float_bits_1), SFX(float_bits_2), SFX(float_bits_3), SFX(float_bits_4),
-    SFX(float_bits_5), SFX(float_bits_6), SFX(float_bits_7), SFX(float_bits_8)};
+    SFX(float_bits_5), SFX(float_bits_6), SFX(float_bits_7), SFX(float_bits_8), SFX(float_bits_9)};
 
 FLOAT_LOOPS(0)
 FLOAT_LOOPS(1)

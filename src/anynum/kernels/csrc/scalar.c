@@ -107,8 +107,9 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
     return y;
 }
 
-/* The deterministic modes and the two counter-bit SR modes where cparams.float_on_bits holds. A normal input is rounded on its
-   bits: its magnitude, read as an integer, gets the mode's increment (nearest-even: half a unit
+/* Every mode (the deterministic ones, SR with and without rand_bits, sr_uniform's coin: up where
+   anything is dropped and the draw's bit is set) where cparams.float_on_bits holds. A normal
+   input is rounded on its bits: its magnitude, read as an integer, gets the mode's increment (nearest-even: half a unit
    less one plus the kept lowest bit; nearest-away: half a unit; ties toward zero: half a unit
    less one; away from zero for ru on positives and rd on negatives: a unit less one; else
    nothing) and loses the dropped bits, a carry running into the exponent as the value does;
@@ -172,6 +173,7 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
         else up = (rbits <= k->drop ? d >> (k->drop - rbits) : d << (rbits - k->drop)) + draw >= (uint64_t)two_r;
         r = (b & ~k->low) + (up ? k->low + 1 : 0);
     }
+    if (M == M_SRU) r = (b & ~k->low) + (((dropped != 0) & (int)draw) ? k->low + 1 : 0); /* the coin */
     W ax = FABSW(x);
     W y = SFX(from)(r);
     if (!NORMAL) { /* the format's subnormal binade: one step, x / step scaled exactly */
@@ -201,7 +203,7 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
         } else {
             W s = x * k->inv_a * k->inv_b;
             int u = 0;
-            sub = SFX(round_scaled)(s, M, 0, 0.0, &u) * k->step;
+            sub = SFX(round_scaled)(s, M, draw, 0.0, &u) * k->step; /* sr_uniform's coin; else 0 */
         }
         y = ax < k->smallest_normal ? sub : y;
     }
