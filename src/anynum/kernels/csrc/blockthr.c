@@ -226,8 +226,9 @@ static void thrq_elements(const any_call *c, const float *x, float *y, int64_t n
     int64_t cv[BLOCK_G] = {0};
     /* the chunk's bits, drawn first in the stochastic modes (as the element loops draw them) */
     uint64_t draws[BLOCK_CHUNK];
+    const int nbits = draw_bits(c->mode, rbits);
     for (int64_t j = 0; c->mode >= M_SR && j < n; j += 256)
-        counter_draws(draws + j, base, idx0 + (uint64_t)j, 1, n - j < 256 ? n - j : 256, draw_bits(c->mode, rbits));
+        counter_draws(draws + j, base, idx0 + (uint64_t)j, 1, n - j < 256 ? n - j : 256, nbits);
     /* up and down need only whether q is off the grid: |q| > lo iff |x| != lo * S (both exact
        doubles, and x / S off lo by more than half an ulp of lo when they differ), so no quotient */
     if (c->mode == M_RU) THRQ_GROUPS((fabs((double)xf) != (double)lo * S) & (xf > 0.0f))

@@ -109,14 +109,14 @@ ANY_INLINE W SFX(float_round)(W x, const SFX(float_k) *k, const int M, const int
 
 /* Every mode (the deterministic ones, SR with and without rand_bits, sr_uniform's coin: up where
    anything is dropped and the draw's bit is set) where cparams.float_on_bits holds. A normal
-   input is rounded on its bits: its magnitude, read as an integer, gets the mode's increment (nearest-even: half a unit
-   less one plus the kept lowest bit; nearest-away: half a unit; ties toward zero: half a unit
-   less one; away from zero for ru on positives and rd on negatives: a unit less one; else
-   nothing) and loses the dropped bits, a carry running into the exponent as the value does;
-   round-to-odd truncates and sets the lowest kept bit where a dropped one was set. Below the
-   format's smallest normal the step is fixed: x / step in the working type (two exact
-   multiplies by powers of two), the mode's rule, times the step; round-to-odd and SR work on the
-   magnitude, and SR compares the draw with t = f * 2**53 itself (undecided where
+   input is rounded on its bits: its magnitude, read as an integer, gets the mode's increment
+   (nearest-even: half a unit less one plus the kept lowest bit; nearest-away: half a unit; ties
+   toward zero: half a unit less one; away from zero for ru on positives and rd on negatives: a
+   unit less one; else nothing) and loses the dropped bits, a carry running into the exponent as
+   the value does; round-to-odd truncates and sets the lowest kept bit where a dropped one was
+   set. Below the format's smallest normal the step is fixed: x / step in the working type (two
+   exact multiplies by powers of two), the mode's rule, times the step; round-to-odd and SR work
+   on the magnitude, and SR compares the draw with t = f * 2**53 itself (undecided where
    draw < t < draw + 1) or f * 2**r with 2**r - draw, no floors. (That branch on the bits too, the
    significand shifted per lane by its own count of dropped bits, vectorised but took some 44
    vector instructions per 16 float32 elements against 25 and ran slower in every mode: the float
