@@ -18,7 +18,9 @@ static any_loop select_loop(const any_call *c) {
     case F_POSIT:
         if (c->p.fast && c->mode == M_SR) return c->wdt ? positfast_sr_f64 : positfast_sr_f32;
         return tab[c->p.fast && !(c->mode == M_SRT && c->p.underflow_zero) ? 6 : 5][c->mode];
-    case F_TABLE: return c->wdt ? table_loops_f64[c->mode] : (c->t.lut ? table_loops_f32[c->mode] : 0);
+    case F_TABLE: /* stochastic modes choose behind the lookup, which all tables but one-value ones have */
+        if (!c->t.lut && c->t.size > 1 && c->mode >= M_SR) return 0;
+        return c->wdt ? table_loops_f64[c->mode] : (c->t.lut ? table_loops_f32[c->mode] : 0);
     default: return 0;
     }
 }

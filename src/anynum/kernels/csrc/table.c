@@ -4,8 +4,8 @@
  * key type); what is here serves it and searches the rest. The search
  * (torch.searchsorted(values, x, right=True) - 1) runs over a tile of elements one halving step
  * at a time, so each step is a vectorisable loop of gathers; the choice between the two
- * neighbours is then one branch-free pass per rounding mode (table_choose), or for the stochastic
- * modes behind the lookup, table_sr_choose. */
+ * neighbours is then one branch-free pass per deterministic mode (table_choose); the stochastic
+ * modes choose behind the lookup (table_sr_choose), which every table of two values or more has. */
 
 #define TABLE_TILE 256
 _Static_assert(TABLE_TILE % 32 == 0, "counter_draws writes whole blocks of 32");
@@ -56,11 +56,9 @@ ANY_INLINE double table_probability(double x, double lo, double hi) {
 /* The choice between the neighbours, for a tile whose inputs (xo, and xs with NaN as 0), search
    results (pos) and outputs are local arrays: the compiler must see that the gathers from the
    table cannot alias the stores, or it does not vectorise. */
-ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_t *pos,
-                                const double *lo_t, const double *hi_t, const double *fb_t,
-                                const int64_t *be_t, double *yout, int64_t n, const any_table *t,
-                                const int M, const int TIES, const any_pos *at, int64_t i0, int rbits,
-                                double two_r) {
+ANY_INLINE void table_choose(const double *xo, const double *xs, const int64_t *pos, const double *lo_t,
+                             const double *hi_t, const double *fb_t, const int64_t *be_t, double *yout,
+                             int64_t n, const any_table *t, const int M, const int TIES) {
     const double *vals = t->values;
     const int64_t size = t->size;
     const int64_t zero_sat = t->underflow_saturate ? t->zero_index : -1;
@@ -73,12 +71,9 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
     const double neg_nan = t->negative_nan ? 0.0 : -INFINITY;    /* v < -inf never holds */
     const double signed_zero = t->signed_zero ? 1.0 : 0.0;
     const int64_t first_nonneg = t->first_nonneg;
-    int64_t und = 0;
     for (int64_t i = 0; i < n; i++) {
-        double x = xo[i];
         double v = xs[i];
-        int u = 0; /* exact SR left undecided: the input goes back untouched, the caller refines it */
-        int64_t nan = table_nan(x, v, inf_is_nan, neg_nan);
+        int64_t nan = table_nan(xo[i], v, inf_is_nan, neg_nan);
         int64_t j = pos[i]; /* vals[j] <= x < vals[j + 1] */
         int64_t below = j < 0;
         int64_t jj = j < 0 ? 0 : (j > size - 2 ? size - 2 : j);
@@ -101,26 +96,8 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
             up = 1;
         } else if (M == M_RD) {
             up = 0;
-        } else if (M == M_RO) {
+        } else { /* M_RO */
             up = !hi_rank_even;
-        } else {
-            /* decided on the magnitude: away from zero (towards hi, or lo for negative intervals) */
-            int64_t negative = hi <= 0.0;
-            uint64_t index = at->idx0 + (uint64_t)((i0 + i) * at->lstride);
-            int64_t away;
-            if (M == M_SRU) {
-                away = (int64_t)counter_bits(at->base, index, 1);
-            } else {
-                /* the probability of moving away from zero, in the magnitudes' order */
-                double pv = negative ? -v : v, plo = negative ? -hi : lo, phi = negative ? -lo : hi;
-                double p = table_probability(pv, plo, phi);
-                if (M == M_SR) {
-                    away = sr_exact_up(p, counter_bits(at->base, index, 53), &u);
-                } else {
-                    away = sr_trunc_up(p, counter_bits(at->base, index, rbits), two_r);
-                }
-            }
-            up = away ^ negative;
         }
         /* the index and its value side by side: selects, not one more gather */
         int64_t idx = jj + up;
@@ -134,14 +111,11 @@ ANY_INLINE int64_t table_choose(const double *xo, const double *xs, const int64_
         int64_t to_zero = idx == zero_sat; /* underflow="saturate": nonzero inputs leave zero */
         y = (to_zero & (v > 0.0)) ? v_above_zero : y;
         y = (to_zero & (v < 0.0)) ? v_below_zero : y;
-        y = table_finish(y, v, nan, signed_zero);
-        yout[i] = u ? x : y;
-        und += u;
+        yout[i] = table_finish(y, v, nan, signed_zero);
     }
-    return und;
 }
 
-/* The choice of table_choose for the stochastic modes, between neighbours lo and hi as the lookup
+/* The choice for the stochastic modes, between neighbours lo and hi as the lookup
    gives them (tablelut.neighbour_lut; table_sr_neighbours for searched inputs): x in [lo, hi), except
    where the result does not depend on the draw, which then has lo == hi: below the table (the
    first value), from the top value on (the top value), and next to zero under
@@ -294,8 +268,7 @@ ANY_INLINE void table_search(const double *xs, int64_t *pos, int64_t n, const an
     }
 }
 
-ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any_table *t, const int M,
-                           const any_pos *at, int64_t i0, int rbits, double two_r, int64_t *und_total) {
+ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any_table *t, const int M) {
     if ((M == M_RNE || M == M_RNA || M == M_RNZ) && t->size <= TABLE_LINEAR && t->size > 1) {
         table_nearest_small(xin, yout, n, t, M == M_RNE ? t->ties : (M == M_RNA ? 1 : 0));
         return;
@@ -338,15 +311,13 @@ ANY_INLINE void table_tile(const double *xin, double *yout, int64_t n, const any
         }
     }
     /* the tie policy of "nearest" as a constant of the loop; the other modes have their own */
-    int64_t und;
     int ties = M == M_RNE ? t->ties : (M == M_RNA ? 1 : 0);
     switch (ties) {
-    case 1: und = table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 1, at, i0, rbits, two_r); break;
-    case 2: und = table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 2, at, i0, rbits, two_r); break;
-    case 3: und = table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 3, at, i0, rbits, two_r); break;
-    case 4: und = table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 4, at, i0, rbits, two_r); break;
-    default: und = table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 0, at, i0, rbits, two_r); break;
+    case 1: table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 1); break;
+    case 2: table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 2); break;
+    case 3: table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 3); break;
+    case 4: table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 4); break;
+    default: table_choose(xo, xs, pos, lo_t, hi_t, fb_t, be_t, yt, n, t, M, 0); break;
     }
-    *und_total += und;
     memcpy(yout, yt, (size_t)n * sizeof(double));
 }

@@ -65,16 +65,14 @@ static void SFX(table_fix)(W *y, int64_t m, const WI *fl, const any_table *t, co
         c += fl[i] != 0;
     }
     for (int64_t k = 0; k < c; k++) xc[k] = (double)y[idx[k]];
-    any_pos none = {0, 0, 0};
-    int64_t und = 0;
     switch (M) { /* the mode as a constant of table_tile */
-    case M_RNE: table_tile(xc, yc, c, t, M_RNE, &none, 0, 0, 1.0, &und); break;
-    case M_RNA: table_tile(xc, yc, c, t, M_RNA, &none, 0, 0, 1.0, &und); break;
-    case M_RNZ: table_tile(xc, yc, c, t, M_RNZ, &none, 0, 0, 1.0, &und); break;
-    case M_RZ: table_tile(xc, yc, c, t, M_RZ, &none, 0, 0, 1.0, &und); break;
-    case M_RU: table_tile(xc, yc, c, t, M_RU, &none, 0, 0, 1.0, &und); break;
-    case M_RD: table_tile(xc, yc, c, t, M_RD, &none, 0, 0, 1.0, &und); break;
-    default: table_tile(xc, yc, c, t, M_RO, &none, 0, 0, 1.0, &und); break;
+    case M_RNE: table_tile(xc, yc, c, t, M_RNE); break;
+    case M_RNA: table_tile(xc, yc, c, t, M_RNA); break;
+    case M_RNZ: table_tile(xc, yc, c, t, M_RNZ); break;
+    case M_RZ: table_tile(xc, yc, c, t, M_RZ); break;
+    case M_RU: table_tile(xc, yc, c, t, M_RU); break;
+    case M_RD: table_tile(xc, yc, c, t, M_RD); break;
+    default: table_tile(xc, yc, c, t, M_RO); break;
     }
     for (int64_t k = 0; k < c; k++) y[idx[k]] = (W)yc[k];
 }
@@ -225,7 +223,7 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
             double *ys = (double *)yv;                                                               \
             for (int64_t i = 0; i < n; i += TABLE_TILE) {                                            \
                 int64_t m = n - i < TABLE_TILE ? n - i : TABLE_TILE;                                 \
-                table_tile(xs + i, ys + i, m, &c->t, M, at, i, c->rand_bits, c->two_r, und);          \
+                table_tile(xs + i, ys + i, m, &c->t, M);                                             \
             }                                                                                        \
         } else if (M == M_SR || M == M_SRT || M == M_SRU) {                                          \
             SFX(table_lut_sr)((const W *)xv, (W *)yv, n, &c->t, M, at, c->rand_bits, c->two_r, und);  \
