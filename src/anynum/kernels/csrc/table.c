@@ -37,22 +37,6 @@ ANY_INLINE int64_t table_nan(double x, double v, double inf_is_nan, double neg_n
     return (x != x) | (fabs(x) == inf_is_nan) | (v < neg_nan);
 }
 
-/* (x - lo) / (hi - lo) without overflow, clamped to [0, 1) (table._away_probability) */
-ANY_INLINE double table_probability(double x, double lo, double hi) {
-    int big = (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000);
-    double scale = big ? 0.5 : 1.0;
-    double num = x * scale - lo * scale;
-    double den = hi * scale - lo * scale;
-    double p = num / (den > 0.0 ? den : 1.0);
-    /* clamped on the bits (negative doubles read as negative integers): as selects on doubles,
-       GCC threads the clamp into the random draw and then cannot vectorise. A NaN (only for
-       infinite x, whose result is the table's end whatever the draw) comes out as the top. */
-    int64_t b = (int64_t)f64_bits(p);
-    b = b < 0 ? 0 : b;
-    b = b > 0x3FEFFFFFFFFFFFFFll ? 0x3FEFFFFFFFFFFFFFll : b;
-    return f64_from((uint64_t)b);
-}
-
 /* The choice between the neighbours, for a tile whose inputs (xo, and xs with NaN as 0), search
    results (pos) and outputs are local arrays: the compiler must see that the gathers from the
    table cannot alias the stores, or it does not vectorise. */
@@ -127,8 +111,8 @@ typedef struct {
     double two_r;
 } table_srk;
 
-/* the probability's denominator, as table_probability has it (scale 0.5 beyond 2**1000: never for
-   float32 numbers, WIDE = 0) */
+/* the probability's denominator, as anynum.kernels.table._away_probability has it (scale 0.5
+   beyond 2**1000: never for float32 numbers, WIDE = 0) */
 ANY_INLINE double table_sr_den(double lo, double hi, const int WIDE) {
     int64_t big = WIDE ? (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000) : 0;
     double scale = big ? 0.5 : 1.0;
@@ -144,7 +128,7 @@ ANY_INLINE double table_sr_choose(double v, double xs, double lo, double hi, con
     if (M == M_SRU) {
         away = (int64_t)draw;
     } else {
-        /* table_probability on the magnitudes: (-xs) - (-hi) is hi - xs, bit for bit */
+        /* _away_probability on the magnitudes: (-xs) - (-hi) is hi - xs, bit for bit */
         int64_t big = WIDE ? (fabs(lo) > 0x1p1000) | (fabs(hi) > 0x1p1000) : 0;
         double scale = big ? 0.5 : 1.0;
         double xsc = xs * scale, losc = lo * scale, hisc = hi * scale;
@@ -155,7 +139,9 @@ ANY_INLINE double table_sr_choose(double v, double xs, double lo, double hi, con
            bits, is then num / den bit for bit (both are the exact quotient rounded once), and a
            vector division is the slowest instruction of the loop */
         double p = DIV ? num / den : num * f64_from((2046 - (f64_bits(den) >> 52)) << 52);
-        int64_t b = (int64_t)f64_bits(p); /* clamped to [0, 1) on the bits (table_probability) */
+        /* clamped to [0, 1) on the bits (negative doubles read as negative integers): as selects on
+           doubles, GCC threads the clamp into the random draw and then cannot vectorise */
+        int64_t b = (int64_t)f64_bits(p);
         b = b < 0 ? 0 : b;
         b = b > 0x3FEFFFFFFFFFFFFFll ? 0x3FEFFFFFFFFFFFFFll : b;
         p = f64_from((uint64_t)b);

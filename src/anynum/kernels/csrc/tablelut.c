@@ -130,7 +130,7 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
     k.base = at->base;
     k.two_r = two_r;
     const uint64_t step = (uint64_t)at->lstride;
-    const int WIDE = sizeof(W) == 8; /* float32 numbers never need table_probability's scale */
+    const int WIDE = sizeof(W) == 8; /* float32 numbers never need the probability's scale */
 #if defined(__AVX512F__)
     const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* tablegather.c */
     const uint32_t km32[6] = {(uint32_t)km.shift, (uint32_t)km.lowmask, (uint32_t)km.klo1,
