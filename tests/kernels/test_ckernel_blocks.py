@@ -302,3 +302,23 @@ def test_nvfp4_tensor_amax_from_the_block_pass(dtype: torch.dtype, cn) -> None: 
         cn.check(an.NVFP4, x, modes=[Rounding.NEAREST_EVEN, Rounding.STOCHASTIC])
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "fmt", [an.MXFP8_E4M3, an.MXFP8_E5M2, an.MXFP6_E3M2, an.Block(an.E4M3FN, 48)], ids=repr
+)
+def test_float_elements_on_the_bits_in_both_kinds_of_chunk(fmt: an.Block, cn) -> None:  # type: ignore[no-untyped-def]
+    """Float elements round on the bits (float_bits): a chunk whose quotients are all normal for the
+    element, or zero, takes the normal branch and decides exact SR on short draws; a chunk holding a
+    tiny quotient takes both branches on 53 bits. Plain data makes the first kind (zeros included;
+    MXFP6_E3M2's grid is short enough that every chunk holds a tiny quotient); one tiny value in one
+    block makes its chunk the second, while the other chunks stay the first. Rows of 390 leave a
+    short last block, whose last elements go one by one, on 53 bits."""
+    g = torch.Generator().manual_seed(11)
+    plain = torch.randn(64, 390, generator=g) * 3
+    plain[5, :40] = 0.0  # zeros keep a chunk normal
+    tiny = plain.clone()
+    tiny[40, 7] = 2.0**-30  # far below the element's smallest normal times its block's scale
+    tiny[41, 100] = -(2.0**-140)  # a float32 subnormal: its quotient underflows (the repair)
+    for x in (plain, tiny, plain.to(torch.bfloat16), tiny.to(torch.float64)):
+        cn.check(fmt, x)

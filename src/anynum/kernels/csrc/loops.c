@@ -254,13 +254,13 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
     return COPYSIGNW(fma(r, iv, q0), x); /* x = -0: r = +0 and the sum +0 */
 }
 
-/* one element: q from x (QEXPR), the repair (FIXQ), the element's rounding, the symmetric clamp,
-   back to x's scale (times 1, or NaN for blocks holding NaN/inf); undecided exact-SR elements are
-   counted in CNT */
-#define BLOCK_ELEM(ROUND, QEXPR, FIXQ, XV, YV, IDX, SW, BW, CNT)                                        \
+/* one element: q from x (QEXPR), the repair (FIXQ), the element's rounding (on the random bits DRAW
+   in the stochastic modes), the symmetric clamp, back to x's scale (times 1, or NaN for blocks holding
+   NaN/inf); undecided exact-SR elements are counted in CNT */
+#define BLOCK_ELEM(ROUND, QEXPR, FIXQ, XV, YV, DRAW, SW, BW, CNT)                                    \
     {                                                                                                \
         int u = 0;                                                                                   \
-        const uint64_t draw = stochastic ? draws[IDX] : 0;                                           \
+        const uint64_t draw = stochastic ? (DRAW) : 0;                                               \
         const W x = XV;                                                                              \
         W q = QEXPR;                                                                                 \
         FIXQ                                                                                         \
@@ -284,7 +284,7 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
             W xv[BLOCK_G], yv[BLOCK_G];                                                              \
             memcpy(xv, xs + g * BLOCK_G, sizeof xv);                                                 \
             for (int j = 0; j < BLOCK_G; j++)                                                        \
-                BLOCK_ELEM(ROUND, QEXPR, FIXQ, xv[j], yv[j], g * BLOCK_G + j, sw, bw, cv[j])         \
+                BLOCK_ELEM(ROUND, QEXPR, FIXQ, xv[j], yv[j], draws[g * BLOCK_G + j], sw, bw, cv[j])  \
             memcpy(ys + g * BLOCK_G, yv, sizeof yv);                                                 \
             if (--left == 0) {                                                                       \
                 b++;                                                                                 \
@@ -298,7 +298,7 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
    2**-k for BK_INV*, fl(1/s) for BK_RCP) and badmul[b]. Blocks of a multiple of BLOCK_G elements,
    or a chunk of one block, go by groups; the rest (other block sizes, a short last group) element by
    element with per-element copies of the block values (eb, from `first` on), dividing. */
-#define BLOCK_LOOP(NAME, M, CONSTS, KTYPE, ROUND)                                                    \
+#define BLOCK_LOOP(NAME, M, CONSTS, KTYPE, ROUND, NROUND, SHORT, NORMAL_MIN)                         \
     static void SFX(NAME)(const W *xs, W *ys, int64_t n, int64_t bs, const W *scale, const W *inv,   \
                           const W *badmul, int kind, const any_call *c, uint64_t base, uint64_t idx0,\
                           int64_t *und) {                                                            \
@@ -309,10 +309,6 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
         const W hi_clip = c->b.symmetric ? (W)c->b.elem_max : (W)INFINITY; /* symmetric blocks */    \
         const W lo_clip = -hi_clip;                                                                  \
         const int stochastic = M >= M_SR;                                                            \
-        uint64_t draws[BLOCK_CHUNK]; /* the chunk's bits, drawn first in the stochastic modes */    \
-        for (int64_t j = 0; stochastic && j < n; j += 256)                                           \
-            counter_draws(draws + j, base, idx0 + (uint64_t)j, 1, n - j < 256 ? n - j : 256,         \
-                          draw_bits(M, rbits));                                                      \
         int64_t count = 0;                                                                           \
         /* the kinds with a group body; BK_DIV (rare: scales without an exact reciprocal, float64  \
            inputs with non-power-of-two scales) goes element by element */                            \
@@ -320,7 +316,44 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
                            || (sizeof(W) == 8 && kind == BK_RCP);                                    \
         const int grouped = (bs % BLOCK_G == 0 || n <= bs) && bodied;                                \
         const int64_t gpb = bs / BLOCK_G, ng = grouped ? n / BLOCK_G : 0, first = ng * BLOCK_G;      \
-        if (M <= M_RZ && kind == BK_INV) { /* the repair is off only in modes sending tiny to 0 */   \
+        /* float elements on the bits (SHORT, the bits dropped, nonzero): a chunk of groups whose    \
+           quotients are all zero or at least the element's smallest normal rounds them all on       \
+           float_bits' normal branch (NROUND), where exact SR decides on the draw's top SHORT bits.  \
+           The test, on the bits, gathers flags by lane (as cv counts) and tests them once: GCC      \
+           leaves a reduction or a branch in a group this short scalar. The repair only makes a      \
+           zero q of a nonzero x nonzero, so a nonzero x with q below the smallest normal is tiny. */ \
+        int normal = 0;                                                                              \
+        if (SHORT && grouped && (kind == BK_INV || kind == BK_INV_FIX)) {                            \
+            const WU sign_bit = (WU)1 << (8 * sizeof(W) - 1);                                        \
+            const WU normal_bits = SFX(bits)(NORMAL_MIN);                                            \
+            WU tf[BLOCK_G] = {0};                                                                    \
+            for (int64_t g = 0, b = 0, left = gpb; g < ng; g++) {                                    \
+                const W iw = inv[b];                                                                 \
+                for (int j = 0; j < BLOCK_G; j++) {                                                  \
+                    const W x = xs[g * BLOCK_G + j], q = x * iw;                                     \
+                    const WU aq = SFX(bits)(q) & ~sign_bit, ax = SFX(bits)(x) & ~sign_bit;           \
+                    tf[j] |= (WU)((aq < normal_bits) & (ax != 0));                                   \
+                }                                                                                    \
+                if (--left == 0) {                                                                   \
+                    b++;                                                                             \
+                    left = gpb;                                                                      \
+                }                                                                                    \
+            }                                                                                        \
+            WU any = 0;                                                                              \
+            for (int j = 0; j < BLOCK_G; j++) any |= tf[j];                                          \
+            normal = any == 0;                                                                       \
+        }                                                                                            \
+        /* the chunk's bits, drawn first in the stochastic modes (SHORT of them for NROUND's SR) */  \
+        const int short_draws = SHORT && M == M_SR && normal;                                        \
+        uint64_t draws[BLOCK_CHUNK];                                                                 \
+        for (int64_t j = 0; stochastic && j < n; j += 256)                                           \
+            counter_draws(draws + j, base, idx0 + (uint64_t)j, 1, n - j < 256 ? n - j : 256,         \
+                          short_draws ? SHORT : draw_bits(M, rbits));                                \
+        if (normal && kind == BK_INV) {                                                              \
+            BLOCK_GROUPS(NROUND, x * iw, )                                                           \
+        } else if (normal) {                                                                         \
+            BLOCK_GROUPS(NROUND, x * iw, BLOCK_FIX)                                                  \
+        } else if (M <= M_RZ && kind == BK_INV) { /* the repair is off only in modes sending tiny to 0 */ \
             BLOCK_GROUPS(ROUND, x * iw, )                                                            \
         } else if (kind == BK_INV_FIX) {                                                             \
             BLOCK_GROUPS(ROUND, x * iw, BLOCK_FIX)                                                   \
@@ -337,20 +370,25 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
                 }                                                                                    \
             }                                                                                        \
             for (int64_t i = first; i < n; i++)                                                      \
-                BLOCK_ELEM(ROUND, x / es[i], BLOCK_FIX, xs[i], ys[i], i, es[i], eb[i], count)        \
+                BLOCK_ELEM(ROUND, x / es[i], BLOCK_FIX, xs[i], ys[i],                                \
+                           short_draws ? counter_bits(base, idx0 + (uint64_t)i, 53) : draws[i],      \
+                           es[i], eb[i], count)                                                      \
         }                                                                                            \
         *und += count;                                                                               \
     }
 
 #define BLOCK_LOOPS(M)                                                                               \
-    BLOCK_LOOP(bfloat_##M##_any, M, SFX(float_consts)(&c->b.ef), SFX(float_k),                      \
-               SFX(float_round)(q, &k, M, 0, 0, draw, two_r, &u))                                     \
-    BLOCK_LOOP(bfloat_##M##_recip, M, SFX(float_consts)(&c->b.ef), SFX(float_k),                    \
-               SFX(float_round)(q, &k, M, 1, 1, draw, two_r, &u))                                     \
-    BLOCK_LOOP(buniform_##M##_clamp, M, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),              \
-               SFX(uniform_round)(q, &k, M, 0, draw, two_r, &u))                                      \
-    BLOCK_LOOP(buniform_##M##_wrap, M, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),               \
-               SFX(uniform_round)(q, &k, M, 1, draw, two_r, &u))
+    BLOCK_LOOP(bfloat_##M##_any, M, SFX(float_consts)(&c->b.ef), SFX(float_k),                       \
+               SFX(float_round)(q, &k, M, 0, 0, draw, two_r, &u), 0, 0, 0)                            \
+    BLOCK_LOOP(bfloat_##M##_recip, M, SFX(float_consts)(&c->b.ef), SFX(float_k),                     \
+               SFX(float_round)(q, &k, M, 1, 1, draw, two_r, &u), 0, 0, 0)                            \
+    BLOCK_LOOP(buniform_##M##_clamp, M, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),               \
+               SFX(uniform_round)(q, &k, M, 0, draw, two_r, &u), 0, 0, 0)                             \
+    BLOCK_LOOP(buniform_##M##_wrap, M, SFX(uniform_consts)(&c->b.eu), SFX(uniform_k),                \
+               SFX(uniform_round)(q, &k, M, 1, draw, two_r, &u), 0, 0, 0)                             \
+    BLOCK_LOOP(bfloat_##M##_bits, M, SFX(bits_consts)(&c->b.ef), SFX(bits_k),                        \
+               SFX(float_bits)(q, &k, M, 0, draw, rbits, two_r, &u),                                 \
+               SFX(float_bits)(q, &k, M, 1, draw, rbits, two_r, &u), k.drop, k.smallest_normal)
 
 BLOCK_LOOPS(0)
 BLOCK_LOOPS(1)
@@ -367,9 +405,9 @@ typedef void (*SFX(block_loop))(const W *, W *, int64_t, int64_t, const W *, con
                                  const any_call *, uint64_t, uint64_t, int64_t *);
 
 /* [variant][mode]: float element any / recip, uniform element clamp / wrap */
-static const SFX(block_loop) SFX(block_loops)[4][M_COUNT] = {
+static const SFX(block_loop) SFX(block_loops)[5][M_COUNT] = {
     MODE_ROW(bfloat_, _any), MODE_ROW(bfloat_, _recip),
-    MODE_ROW(buniform_, _clamp), MODE_ROW(buniform_, _wrap),
+    MODE_ROW(buniform_, _clamp), MODE_ROW(buniform_, _wrap), MODE_ROW(bfloat_, _bits),
 };
 
 /* A chunk of n <= BLOCK_CHUNK elements of dtype c->tdt at x -> y: blocks of bs elements (the last
@@ -387,7 +425,9 @@ static void SFX(block_chunk)(const any_call *c, const char *x, char *y, int64_t 
         badmul[b] = bad[b] ? (W)NAN : (W)1;
     }
     const any_block *blk = &c->b;
-    int variant = blk->elem_family == F_FLOAT ? (blk->ef.common && blk->ef.recip) : 2 + blk->eu.wrap;
+    int variant = blk->elem_family != F_FLOAT ? 2 + blk->eu.wrap
+                  : blk->ef.on_bits          ? 4
+                                             : blk->ef.common && blk->ef.recip;
     SFX(block_loop) loop = SFX(block_loops)[variant][c->mode];
     if (c->tdt == (sizeof(W) == 4 ? T_F32 : T_F64)) {
         loop((const W *)x, (W *)y, n, bs, scale, inv, badmul, kind, c, base, idx0, und);
