@@ -265,6 +265,8 @@ def make_random_source(
     calls differ and the generator's state advances reproducibly); ``seed=``
     fixes the bits; neither draws fresh entropy.
     """
+    if generator is None and type(seed) is int:
+        return CounterRandom(seed)  # ``seed=`` as an int: the checks below would pass it (1-2 us)
     if generator is not None and seed is not None:
         raise AnynumError("pass either generator= or seed=, not both.")
     if type(generator) is torch.Generator and generator.device.type == device.type:

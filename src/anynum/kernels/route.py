@@ -33,6 +33,7 @@ from typing import ClassVar
 import torch
 
 from anynum.formats.base import Format
+from anynum.kernels.settings import compile_mode
 from anynum.rounding import RandomSource, Rounding
 
 __all__ = [
@@ -222,8 +223,6 @@ def _plan(call: Call, settings: tuple[str, ...]) -> Plan:
 
 def _settings() -> tuple[str, ...]:
     # Kernels read these switches in `covers`; plans made under other values are other plans.
-    from anynum.kernels.settings import compile_mode
-
     return (compile_mode(),)
 
 

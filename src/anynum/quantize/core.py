@@ -91,11 +91,14 @@ def quantize_tensor(
     check_tensor(x)
     _check_fits(fmt, overflow, x.dtype)
     check_out(out, x)
+    # x.detach() makes a new tensor object (about 1 us); a tensor that does not require grad
+    # records no graph as it is
+    xd = x.detach() if x.requires_grad else x
     if out is not None and out.requires_grad:
         with torch.no_grad():  # writing into a tensor autograd tracks
-            y = round_tensor(fmt, x.detach(), mode, overflow, rng, rand_bits, out)
+            y = round_tensor(fmt, xd, mode, overflow, rng, rand_bits, out)
     else:  # a detached input records no graph: no grad mode to switch (a few us per call)
-        y = round_tensor(fmt, x.detach(), mode, overflow, rng, rand_bits, out)
+        y = round_tensor(fmt, xd, mode, overflow, rng, rand_bits, out)
     if out is not None:
         return out
     if x.requires_grad and torch.is_grad_enabled():
