@@ -404,7 +404,7 @@ BLOCK_LOOPS(9)
 typedef void (*SFX(block_loop))(const W *, W *, int64_t, int64_t, const W *, const W *, const W *, int,
                                  const any_call *, uint64_t, uint64_t, int64_t *);
 
-/* [variant][mode]: float element any / recip, uniform element clamp / wrap */
+/* [variant][mode]: float element any / recip, uniform element clamp / wrap, float element on the bits */
 static const SFX(block_loop) SFX(block_loops)[5][M_COUNT] = {
     MODE_ROW(bfloat_, _any), MODE_ROW(bfloat_, _recip),
     MODE_ROW(buniform_, _clamp), MODE_ROW(buniform_, _wrap), MODE_ROW(bfloat_, _bits),
