@@ -104,9 +104,9 @@ _TINY_AT = [0, 1, 31, 32, 63, 200, 255, 256, 511, 767, 768]
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("fmt", [an.E4M3FN, an.E5M2, an.BF16, an.E2M1, an.E4M3FNUZ], ids=repr)
 def test_tiny_inputs_among_normals(fmt: an.FloatFormat, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
-    """Runs holding a few tiny inputs among normal ones (which take both of the loop's branches)
-    and runs of normal inputs and zeros alone round every element as the reference does, one and
-    two threads, in place too."""
+    """Runs holding a few tiny inputs among normal ones (which go by groups in the SR modes, or take
+    both of the loop's branches) and runs of normal inputs and zeros alone round every element as
+    the reference does, one and two threads, in place too."""
     g = torch.Generator().manual_seed(fmt.man_bits + 1)
     n = 4 * 256 + 37  # whole runs and a short one
     smallest = 2.0**fmt.emin
@@ -280,3 +280,20 @@ def test_sr_rand_bits_below_the_smallest_normal_at_its_draw(
             want = cn.reference(fmt, Rounding.STOCHASTIC, fmt.default_overflow, r, x)
             got = cn.native(fmt, Rounding.STOCHASTIC, fmt.default_overflow, r, x)
             cn.assert_same(got, want, x, (r, off, below, dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("fmt", [an.E4M3FN, an.E5M2, an.E2M1], ids=lambda f: f.display_name())
+def test_runs_holding_a_tiny_input_by_groups(fmt: an.FloatFormat, dtype: torch.dtype, cn) -> None:  # type: ignore[no-untyped-def]
+    """A run of 256 holding an input below the format's smallest normal goes by groups of 16 where
+    the library is built for AVX-512: a group without one takes the normal branch (exact SR on the
+    top bits of the run's 53-bit draws), the others both. Scattered tiny inputs (and zeros, which
+    are not tiny) put both kinds of group in most runs, and a length off a multiple of 16 leaves
+    each call a last part that goes element by element."""
+    g = torch.Generator().manual_seed(5)
+    n = 20_000 + 7
+    x = torch.randn(n, generator=g, dtype=torch.float64) * 4
+    tiny = torch.rand(n, generator=g) < 0.01
+    x = torch.where(tiny, x * fmt.smallest_normal / 16, x)
+    x[torch.rand(n, generator=g) < 0.01] = 0.0
+    cn.check(fmt, x.to(dtype), rand_bits=(None, 3, 8))

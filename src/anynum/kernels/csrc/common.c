@@ -191,6 +191,29 @@ void anynum_counter_draws(uint64_t *out, uint64_t base, uint64_t index0, uint64_
     counter_draws(out, base, index0, step, m, nbits);
 }
 
+/* Whether any of the 16 values at x is nonzero with a magnitude below sn (NaN is not): the test of
+   a group in the float loops on the bits. One vector compare where the library is built for
+   AVX-512; written as a loop in C, GCC left this short reduction scalar, and the group bodies
+   around it with it. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+ANY_INLINE int tiny16_f32(const float *x, float sn) {
+    const __m512 v = _mm512_loadu_ps(x);
+    const __mmask16 below = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(sn), _CMP_LT_OQ);
+    return (below & _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ)) != 0;
+}
+ANY_INLINE int tiny16_f64(const double *x, double sn) {
+    const __m512d s = _mm512_set1_pd(sn), z = _mm512_setzero_pd();
+    const __m512d a = _mm512_loadu_pd(x), b = _mm512_loadu_pd(x + 8);
+    const __mmask8 ta = _mm512_cmp_pd_mask(_mm512_abs_pd(a), s, _CMP_LT_OQ);
+    const __mmask8 tb = _mm512_cmp_pd_mask(_mm512_abs_pd(b), s, _CMP_LT_OQ);
+    return ((ta & _mm512_cmp_pd_mask(a, z, _CMP_NEQ_UQ)) | (tb & _mm512_cmp_pd_mask(b, z, _CMP_NEQ_UQ))) != 0;
+}
+#define ANY_GROUP_TINY 1
+#else
+#define ANY_GROUP_TINY 0
+#endif
+
 /* How many counter bits mode M draws per element: 53 for exact SR, rand_bits for SR with them,
    one for sr_uniform's coin, none for the deterministic modes. */
 ANY_INLINE int draw_bits(int M, int rbits) {

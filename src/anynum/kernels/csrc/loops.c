@@ -50,6 +50,17 @@ _Static_assert(ELEM_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
     ELEM_LOOP(positfast_##M, M, SFX(positfast_consts)(&c->p), SFX(positfast_k),                     \
               SFX(positfast_round)(x, &k, M, 1, draw, rbits, two_r, &u, 0))
 
+/* tiny16_f32 / tiny16_f64 (common.c) in the working type; only called where ANY_GROUP_TINY */
+ANY_INLINE int SFX(group_tiny)(const W *x, W sn) {
+#if ANY_GROUP_TINY
+    if (sizeof(W) == 4) return tiny16_f32((const float *)x, (float)sn);
+    return tiny16_f64((const double *)x, (double)sn);
+#else
+    (void)x, (void)sn;
+    return 1;
+#endif
+}
+
 /* float_bits by runs: a run with no nonzero input below the format's smallest normal (the common
    case) skips the subnormal branch; others take both branches and hand back undecided elements.
    A zero keeps its run on the normal branch, which rounds it to itself in every mode: zeros are
@@ -72,8 +83,8 @@ _Static_assert(BITS_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
             const int64_t m = n - i0 < BITS_RUN ? n - i0 : BITS_RUN;                                 \
             const W *xr = xs + i0;                                                                   \
             W *yr = ys + i0;                                                                         \
-            int tiny = 0;                                                                            \
-            for (int64_t i = 0; i < m; i++) tiny |= (FABSW(xr[i]) < k.smallest_normal) & (xr[i] != 0); \
+            int tiny = 0; /* how many: the groups below pay where few groups hold one */             \
+            for (int64_t i = 0; i < m; i++) tiny += (FABSW(xr[i]) < k.smallest_normal) & (xr[i] != 0); \
             const int sr = M >= M_SR; /* the modes that draw */                                     \
             uint64_t draw[BITS_RUN]; /* read by the SR modes alone */                                \
             /* a run of normal inputs decides exact SR on the draw's top k.drop bits (float_bits) */ \
@@ -85,10 +96,36 @@ _Static_assert(BITS_RUN % 32 == 0, "counter_draws writes whole blocks of 32");
                     yr[i] = SFX(float_bits)(xr[i], &k, M, 1, sr ? draw[i] : 0, rbits, two_r, &u);   \
                 }                                                                                    \
             } else {                                                                                 \
-                for (int64_t i = 0; i < m; i++) {                                                    \
+                /* SR, in runs with few tiny inputs, by groups of 16 where a group's test is one     \
+                   vector compare (ANY_GROUP_TINY): a group without a tiny input takes the normal    \
+                   branch, exact SR on the top k.drop bits of its 53; the others, and the run's      \
+                   last part, take both. The deterministic modes, and runs where most groups         \
+                   hold a tiny input (E2M1 below 1), ran slower by groups. */                        \
+                const int64_t mg = ANY_GROUP_TINY && M >= M_SR && tiny <= 4 ? m / 16 * 16 : 0;       \
+                const int shift = M == M_SR ? 53 - k.drop : 0;                                       \
+                for (int64_t g = 0; g < mg; g += 16) {                                               \
+                    W xg[16], yg[16];                                                                \
+                    memcpy(xg, xr + g, sizeof xg);                                                   \
+                    if (!SFX(group_tiny)(xg, k.smallest_normal)) {                                   \
+                        for (int j = 0; j < 16; j++) {                                               \
+                            int u = 0;                                                               \
+                            const uint64_t d = sr ? draw[g + j] >> shift : 0;                        \
+                            yg[j] = SFX(float_bits)(xg[j], &k, M, 1, d, rbits, two_r, &u);           \
+                        }                                                                            \
+                    } else {                                                                         \
+                        for (int j = 0; j < 16; j++) {                                               \
+                            int u = 0;                                                               \
+                            W y = SFX(float_bits)(xg[j], &k, M, 0, sr ? draw[g + j] : 0, rbits, two_r, &u); \
+                            yg[j] = u ? xg[j] : y;                                                   \
+                            count += u;                                                              \
+                        }                                                                            \
+                    }                                                                                \
+                    memcpy(yr + g, yg, sizeof yg);                                                   \
+                }                                                                                    \
+                for (int64_t i = mg; i < m; i++) {                                                   \
                     int u = 0;                                                                       \
                     W x = xr[i];                                                                     \
-                    W y = SFX(float_bits)(x, &k, M, 0, sr ? draw[i] : 0, rbits, two_r, &u);       \
+                    W y = SFX(float_bits)(x, &k, M, 0, sr ? draw[i] : 0, rbits, two_r, &u);          \
                     yr[i] = u ? x : y;                                                               \
                     count += u;                                                                      \
                 }                                                                                    \
