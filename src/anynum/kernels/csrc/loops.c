@@ -301,7 +301,8 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
         const W x = XV;                                                                              \
         W q = QEXPR;                                                                                 \
         FIXQ                                                                                         \
-        W r = ROUND;                                                                                 \
+        W r = ROUND; /* (0 in the normal-chunk bodies of loops without one: never run) */            \
+        (void)q, (void)draw;                                                                         \
         r = r < lo_clip ? lo_clip : r;                                                               \
         r = r > hi_clip ? hi_clip : r;                                                               \
         YV = (r * (SW)) * (BW);                                                                      \
