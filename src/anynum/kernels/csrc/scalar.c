@@ -27,7 +27,7 @@ ANY_INLINE W SFX(round_scaled)(W s, const int M, uint64_t draw, double two_r, in
     else if (M == M_SR) away = sr_exact_up((double)f, draw, und);
     else if (M == M_SR31) { /* t = f * 2**31 an integer: draw53 < t * 2**22 is draw53 >> 22 < t */
         W t = f * (W)0x1p31;
-        away = (int64_t)draw < (int64_t)(t < (W)0x1p31 ? t : (W)0); /* (NaN f: 0) */
+        away = (int32_t)(uint32_t)draw < (int32_t)(t < (W)0x1p31 ? t : (W)0); /* (NaN f: 0) */
     }
     else if (M == M_SRT) away = sr_trunc_up((double)f, draw, two_r);
     else away = (f > (W)0) & (int)draw;
@@ -169,7 +169,8 @@ ANY_INLINE W SFX(float_bits)(W x, const SFX(bits_k) *k, const int M, const int N
            subnormal one the 53 both branches use. */
         uint64_t d = (uint64_t)dropped;
         int up;
-        if (M == M_SR) up = NORMAL ? draw < d : draw < (d << (53 - k->drop));
+        /* a normal draw has drop bits: compared in W's lanes, not widened to 64 */
+        if (M == M_SR) up = NORMAL ? (WU)draw < dropped : draw < (d << (53 - k->drop));
         else up = (rbits <= k->drop ? d >> (k->drop - rbits) : d << (rbits - k->drop)) + draw >= (uint64_t)two_r;
         r = (b & ~k->low) + (up ? k->low + 1 : 0);
     }
@@ -250,8 +251,9 @@ ANY_INLINE W SFX(uniform_round)(W x, const SFX(uniform_k) *k, const int M, const
         x = k->span < (W)INFINITY ? xr : x;
     }
     W s = x * k->inv_step; /* exact unless it underflows (steps above 1 only) */
-    /* keep inputs that vanished nonzero, so directed modes still see their side */
-    s = ((s == (W)0) & (x != (W)0)) ? COPYSIGNW(k->tiny, x) : s;
+    /* keep inputs that vanished nonzero, so directed modes still see their side; M_SR31 runs
+       where every nonzero input scales to at least 2**-8 (uniform_sr_clamp's scan): none vanishes */
+    if (M != M_SR31) s = ((s == (W)0) & (x != (W)0)) ? COPYSIGNW(k->tiny, x) : s;
     W r = SFX(round_scaled)(s, M, draw, two_r, und);
     if (WRAP) {
         /* torch.fmod(r, modulus), exact for integer-valued |r| <= modulus (as above), then one
@@ -263,6 +265,7 @@ ANY_INLINE W SFX(uniform_round)(W x, const SFX(uniform_k) *k, const int M, const
         r = r < k->code_min ? k->code_min : r;
         r = r > k->code_max ? k->code_max : r;
     }
-    W y = r * k->step;
-    return y == (W)0 ? (W)0 : y; /* two's complement has no -0 */
+    /* two's complement has no -0: -0 + +0 is +0, and every other y is itself (one add, where a
+       compare and a select take two) */
+    return r * k->step + (W)0.0;
 }
