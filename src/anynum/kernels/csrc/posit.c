@@ -224,8 +224,9 @@ ANY_INLINE W SFX(positfast_round)(W x, const SFX(positfast_k) *k, const int M, c
            float64 floor, scaling and sum there are exact */
         up = kept_r + draw >= (uint64_t)two_r;
     }
-    WI mag = lo + (up ? step : 0);
-    mag = under ? (up ? k->min_bits : 0) : mag;
+    /* up as a lane mask: with selects on the flag GCC moved the masks through scalar registers */
+    const WI upm = -(WI)(up != 0);
+    WI mag = under ? (upm & k->min_bits) : lo + (upm & step);
     mag = mag < k->floor_bits ? k->floor_bits : mag;
     mag = mag > k->max_bits ? k->max_bits : mag;
     WI y = ((b == 0) | (mag == 0)) ? 0 : (mag | (xb & ~absmask));
