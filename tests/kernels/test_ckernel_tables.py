@@ -200,6 +200,54 @@ def test_an_undecided_exact_sr_element_is_refined_like_the_reference(cn) -> None
     cn.assert_same(inplace, want, x, "refined in place")
 
 
+def _float_lanes(fmt: an.Table, mode: Rounding, rand_bits: int | None) -> bool:
+    params = call_params(fmt, mode, "saturate", rand_bits, torch.float32)
+    assert params is not None
+    return bool(params.struct.t.lut_float_lanes)
+
+
+def test_which_stochastic_choices_run_on_float_lanes() -> None:
+    """table_sr_fast_f32 compares p * 2**B with B draw bits (21 for exact SR): every spacing 2**k
+    needs 2**(B - k) normal in float32, so k >= B - 127; SR uniform needs no p."""
+    sr, sru = Rounding.STOCHASTIC, Rounding.STOCHASTIC_UNIFORM
+    e2m1, not_pow2, tiny = TABLES[0], TABLES[7], an.Table([0.0, 2.0**-120, 2.0**-119])
+    assert _float_lanes(e2m1, sr, None) and _float_lanes(e2m1, sr, 30) and not _float_lanes(e2m1, sr, 31)
+    assert not _float_lanes(not_pow2, sr, None) and _float_lanes(not_pow2, sru, None)  # a spacing of 1.5
+    assert not _float_lanes(tiny, sr, None) and not _float_lanes(tiny, sr, 8) and _float_lanes(tiny, sr, 7)
+
+
+# float lanes and float64 ones: B from 1 to 30 bits and beyond; the last table's top spacing is
+# 2**100 - 2**-119, which float32 and float64 both round to 2**100, and its inputs above 2**-95
+# have inexact distances to 2**-119 in float32
+_WIDE_SPACINGS = an.Table([0.0, 2.0**-120, 2.0**-119, 2.0**100])
+
+
+@pytest.mark.parametrize("fmt", [TABLES[0], TABLES[4], TABLES[6], TABLES[7], _WIDE_SPACINGS], ids=repr)
+def test_stochastic_choice_for_each_count_of_random_bits(fmt: an.Table, table_loops, cn) -> None:  # type: ignore[no-untyped-def]
+    x = _inputs(fmt, torch.float32)
+    for rb in (1, 7, 13, 21, 30, 31, 45):
+        cn.check(fmt, x, [Rounding.STOCHASTIC], rand_bits=(rb,))
+
+
+def test_draws_that_tie_the_float_lanes_top_bits_are_chosen_like_the_reference(cn) -> None:  # type: ignore[no-untyped-def]
+    """Exact SR on float lanes decides on the draw's top 21 bits dh against floor(p * 2**21): x
+    with floor(p * 2**21) == dh is chosen element by element, on both sides of the tie."""
+    n = 4096
+    dh = (CounterRandom(7).bits_at(torch.arange(n), 53, 0) >> 32).to(torch.float64)
+    sr = Rounding.STOCHASTIC
+    cases = ((an.Table([0.0, 1.0]), 0.0, 1.0, (0.0, 0.25, 0.5)), (TABLES[0], -4.0, -2.0, (0.0, 0.5)))
+    for fmt, start, spacing, fracs in cases:
+        assert _float_lanes(fmt, sr, None)
+        for frac in fracs:  # p * 2**21 = dh + frac; on [-6, -4), p = (-4 - x) / 2
+            exact = start + (dh + frac) * 2.0**-21 * spacing
+            x = exact.to(torch.float32)
+            assert bool((x.double() == exact).all())
+            want = cn.reference(fmt, sr, "saturate", None, x)
+            cn.assert_same(cn.native(fmt, sr, "saturate", None, x), want, x, (fmt, frac))
+            # frac 0: never away from start (the rest of the draw is at least p's); else both ways
+            assert len(want.unique()) == (2 if frac else 1)
+
+
 @pytest.fixture
 def coarse_buckets(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """At most 2 buckets per sign: nearly every input is searched (the fallback path)."""

@@ -74,6 +74,7 @@ class TableLut:
     khi: int
     ntot: int
     pow2: bool = False  # neighbour lookups: every hi - lo a power of two (the C multiplies by 1 / den)
+    den_exps: tuple[int, int] = (0, 0)  # then the least and greatest k of those hi - lo = 2**k
 
 
 def _key_map(fmt: Table, kt: _KeyType) -> tuple[int, int, int]:
@@ -130,9 +131,26 @@ def _shape(fmt: Table, key64: bool) -> tuple[int, int, int, np.ndarray, np.ndarr
     return shift, lo, hi, _values(first, kt), _values(last, kt), ntot
 
 
-def _lut(fmt: Table, key64: bool, entries: np.ndarray, pow2: bool = False) -> TableLut:
+def _lut(
+    fmt: Table, key64: bool, entries: np.ndarray, pow2: bool = False, den_exps: tuple[int, int] = (0, 0)
+) -> TableLut:
     shift, lo, hi, _, _, ntot = _shape(fmt, key64)
-    return TableLut(np.ascontiguousarray(entries), shift, 2 * lo, 2 * hi + 1, ntot, pow2)
+    return TableLut(np.ascontiguousarray(entries), shift, 2 * lo, 2 * hi + 1, ntot, pow2, den_exps)
+
+
+def _den_exponents(lo: np.ndarray, hi: np.ndarray) -> tuple[int, int]:
+    """The least and greatest k of the spacings hi - lo = 2**k (lo < hi) of a power-of-two lookup;
+    the float lanes of csrc/tablegather.c (table_sr_fast_f32) run where 2**k and their scales
+    are normal float32 numbers. (0, 0) where no entry has lo < hi.
+
+    >>> _den_exponents(np.array([0.0, 0.5, 3.0]), np.array([0.5, 1.0, 3.0]))
+    (-1, -1)
+    """
+    den = (hi - lo)[hi > lo]
+    if den.size == 0:
+        return 0, 0
+    expo = np.frexp(den)[1] - 1
+    return int(expo.min()), int(expo.max())
 
 
 def _powers_of_two(lo: np.ndarray, hi: np.ndarray) -> bool:
@@ -211,10 +229,11 @@ def neighbour_lut(fmt: Table, key64: bool) -> TableLut:
         lo = np.where(positive & nonzero & (lo == 0), hi, lo)
         hi = np.where(~positive & nonzero & (hi == 0), lo, hi)
     pow2 = _powers_of_two(lo[jf == jl], hi[jf == jl])
+    den_exps = _den_exponents(lo[jf == jl], hi[jf == jl]) if pow2 else (0, 0)
     lo = np.where(jf == jl, lo, np.nan)
     if key64:
         entries = np.stack([lo, hi], axis=1).reshape(-1)
     else:
         lo32, hi32 = lo.astype(np.float32).view(np.uint32), hi.astype(np.float32).view(np.uint32)
         entries = lo32.astype(np.uint64) | (hi32.astype(np.uint64) << np.uint64(32))
-    return _lut(fmt, key64, entries, pow2)
+    return _lut(fmt, key64, entries, pow2, den_exps)

@@ -107,6 +107,128 @@ static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut,
     }
 }
 
+/* The stochastic modes for float arrays and tables whose every spacing is a power of two
+   (tablelut.TableLut.pow2) in float32's normal range, in one pass: table_sr_tile_f32's keys and
+   neighbours, then table_sr_choose's choice on 16 float32 lanes, where table_sr_choose takes 8
+   double ones.
+   - Exact SR (M_SR) needs p = num / den only as far as the draw's top B = 21 bits (the high word
+     of the 53-bit draw, dh): with q = p * 2**B, dh < floor(q) decides up and dh > floor(q)
+     decides down for any later bits, as sr_exact_up decides them. num is exact in float32 where
+     num - a == b and num - b == a for num = a + b (with |a| >= |b|, num - a is exact: Fast2Sum),
+     den = hi - lo is then a power of two 2**k, exact in float32 as in float64, and
+     q = num * 2**(B - k) is exact: the reference's float64 p times 2**B.
+   - SR with r <= 30 random bits (M_SRT) takes floor(p * 2**r) the same way, and SR uniform
+     (M_SRU) only the draw.
+   Lanes that need more keep x in y, flagged in fl (a mask of 16 lanes per 16 elements) for the
+   per-element choice: dh == floor(q) (one draw in 2**21), num inexact, and the searched inputs
+   (lo NaN). Lanes with x on the table or lo == hi (the result does not depend on the draw) and
+   NaN results are decided here. Which tables and modes qualify (spacings 2**k from 2**(B - 127)
+   to 2**127, where 2**(B - k) is normal) is cparams._float_lanes' call. draws: counter_draws'
+   bits for the m elements. */
+typedef struct {
+    __m512i abs_mask, expmask, one, lowmask, klo1, khi1, off, ntot, even, odd, draw_word, scale_top;
+    __m512i two_b, inf_key, sz_sign;
+    __m512 neg_below;
+    __m128i shift;
+    int M;
+} table_srv;
+
+ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint32_t *y, const uint64_t *lut,
+                                     const uint64_t *draws, __mmask16 live) {
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512 fzero = _mm512_setzero_ps();
+    const __mmask8 live0 = (__mmask8)live, live1 = (__mmask8)(live >> 8);
+    __m512i u = _mm512_maskz_loadu_epi32(live, x);
+    __m512i a = _mm512_and_si512(u, c->abs_mask);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, c->expmask); /* read as +0 */
+    __mmask16 neg = _mm512_mask_cmplt_epi32_mask((__mmask16)~nan, u, zero);
+    __m512i xs = _mm512_mask_mov_epi32(u, nan, zero);
+    a = _mm512_mask_mov_epi32(a, nan, zero);
+    __m512i k = _mm512_add_epi32(_mm512_srl_epi32(a, c->shift), _mm512_srl_epi32(_mm512_add_epi32(a, c->lowmask), c->shift));
+    k = _mm512_min_epu32(_mm512_max_epu32(k, c->klo1), c->khi1);
+    k = _mm512_mask_mov_epi32(k, _mm512_cmpeq_epi32_mask(a, zero), c->off);
+    k = _mm512_sub_epi32(k, c->off);
+    k = _mm512_mask_add_epi32(k, neg, k, c->ntot);
+    __m512i e0 = _mm512_mask_i32gather_epi64(zero, live0, _mm512_castsi512_si256(k), (const void *)lut, 8);
+    __m512i e1 = _mm512_mask_i32gather_epi64(zero, live1, _mm512_extracti64x4_epi64(k, 1), (const void *)lut, 8);
+    __m512i lo = _mm512_permutex2var_epi32(e0, c->even, e1), hi = _mm512_permutex2var_epi32(e0, c->odd, e1);
+    __m512i dw = _mm512_permutex2var_epi32(_mm512_maskz_loadu_epi64(live0, draws), c->draw_word,
+                                           _mm512_maskz_loadu_epi64(live1, draws + 8));
+    __m512 xf = _mm512_castsi512_ps(xs), lof = _mm512_castsi512_ps(lo), hif = _mm512_castsi512_ps(hi);
+    /* table_nan: NaN x, +-inf under infinity="nan" (inf_key; else all ones, never), x < 0 under
+       negative="nan" (neg_below 0; else -inf, never) */
+    __mmask16 nan_out = nan | _mm512_cmpeq_epi32_mask(a, c->inf_key) | _mm512_cmp_ps_mask(xf, c->neg_below, _CMP_LT_OQ);
+    __mmask16 negative = _mm512_cmp_ps_mask(hif, fzero, _CMP_LE_OQ);
+    __mmask16 fixed = _mm512_cmp_ps_mask(xf, lof, _CMP_EQ_OQ) | _mm512_cmp_ps_mask(lof, hif, _CMP_EQ_OQ);
+    __mmask16 slow = _mm512_cmp_ps_mask(lof, lof, _CMP_UNORD_Q); /* searched */
+    __mmask16 away;
+    if (c->M == M_SRU) {
+        away = _mm512_test_epi32_mask(dw, c->one);
+    } else {
+        /* num = negative ? hi - xs : xs - lo, as pa + pb */
+        __m512 pa = _mm512_mask_mov_ps(xf, negative, hif);
+        __m512 pb = _mm512_sub_ps(fzero, _mm512_mask_mov_ps(lof, negative, xf));
+        __m512 num = _mm512_add_ps(pa, pb);
+        slow |= _mm512_cmp_ps_mask(_mm512_sub_ps(num, pa), pb, _CMP_NEQ_UQ)
+                | _mm512_cmp_ps_mask(_mm512_sub_ps(num, pb), pa, _CMP_NEQ_UQ);
+        __m512i e = _mm512_srli_epi32(_mm512_castps_si512(_mm512_sub_ps(hif, lof)), 23);
+        /* 2**(B - k) for den = 2**k: exponent field 127 + B - (e - 127) */
+        __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(c->scale_top, e), 23));
+        __m512i qi = _mm512_cvttps_epu32(_mm512_mul_ps(num, scale)); /* floor(q): q >= 0 */
+        if (c->M == M_SR) {
+            away = _mm512_cmplt_epu32_mask(dw, qi);
+            slow |= _mm512_cmpeq_epi32_mask(dw, qi);
+        } else { /* floor(p * 2**r) + draw >= 2**r */
+            away = _mm512_cmpge_epu32_mask(_mm512_add_epi32(qi, dw), c->two_b);
+        }
+    }
+    slow &= (__mmask16)~(fixed | nan_out);
+    __m512i r = _mm512_mask_mov_epi32(lo, (__mmask16)((away ^ negative) & ~fixed), hi);
+    /* a zero result's sign: xs's under signed_zero (sz_sign the sign bit), else its own */
+    r = _mm512_mask_ternarylogic_epi32(r, _mm512_testn_epi32_mask(r, c->abs_mask), xs, c->sz_sign, 0xD8);
+    r = _mm512_mask_mov_epi32(r, nan_out, _mm512_set1_epi32(0x7FC00000));
+    r = _mm512_mask_mov_epi32(r, slow, u);
+    _mm512_mask_storeu_epi32(y, live, r);
+    return slow & live;
+}
+
+static int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, const uint64_t *lut, const uint32_t km[6],
+                             const uint64_t *draws, const int M, int rbits, const table_srk *k, uint16_t *fl) {
+    table_srv c;
+    const int B = M == M_SR ? 21 : rbits; /* the draw bits p is compared with */
+    c.abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+    c.expmask = _mm512_set1_epi32(0x7F800000);
+    c.one = _mm512_set1_epi32(1);
+    c.lowmask = _mm512_set1_epi32((int)km[1]);
+    c.klo1 = _mm512_set1_epi32((int)km[2]);
+    c.khi1 = _mm512_set1_epi32((int)km[3]);
+    c.off = _mm512_set1_epi32((int)km[4]);
+    c.ntot = _mm512_set1_epi32((int)km[5]);
+    c.even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    c.odd = _mm512_add_epi32(c.even, c.one);
+    c.draw_word = M == M_SR ? c.odd : c.even;
+    c.scale_top = _mm512_set1_epi32(254 + B);
+    c.two_b = _mm512_set1_epi32((int)(1u << B));
+    c.inf_key = _mm512_set1_epi32(k->inf_is_nan == INFINITY ? 0x7F800000 : -1);
+    c.sz_sign = _mm512_set1_epi32(k->signed_zero != 0.0 ? (int)0x80000000u : 0);
+    c.neg_below = _mm512_set1_ps(k->neg_nan == 0.0 ? 0.0f : -INFINITY);
+    c.shift = _mm_cvtsi32_si128((int)km[0]);
+    c.M = M;
+    int any = 0;
+    int64_t i = 0;
+    for (; i + 16 <= m; i += 16) {
+        __mmask16 f = table_sr_fast16(&c, x + i, y + i, lut, draws + i, (__mmask16)0xFFFF);
+        fl[i / 16] = (uint16_t)f;
+        any |= f;
+    }
+    if (i < m) {
+        __mmask16 f = table_sr_fast16(&c, x + i, y + i, lut, draws + i, (__mmask16)((1u << (m - i)) - 1));
+        fl[i / 16] = (uint16_t)f;
+        any |= f;
+    }
+    return any != 0;
+}
+
 /* Whether this CPU's gathers are fast enough for table_det_tile_f32, measured once per process:
    16-lane gathers against table_gather_32's scalar loads over the same 4 KiB table and keys (the
    best of 8 rounds each, in TSC ticks). Some CPUs run gathers in microcode (the mitigation of

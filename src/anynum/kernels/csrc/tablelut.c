@@ -117,9 +117,37 @@ ANY_INLINE void SFX(table_lut_det)(const W *xin, W *yout, int64_t n, const any_t
     }
 }
 
+#if defined(__AVX512F__)
+/* The elements table_sr_fast_f32 flagged in fl (float arrays: y holds their x; a mask of 16
+   elements per entry), by the choice of the loops below; returns the undecided count. */
+ANY_INLINE int64_t SFX(table_sr_fix)(W *y, int64_t m, const uint16_t *fl, const any_table *t, const int M,
+                                     const table_srk *k, const uint64_t *draws, const SFX(table_keymap) *km) {
+    int64_t idx[TABLE_TILE], c = 0, count = 0;
+    for (int64_t g = 0; g < m; g += 16)
+        for (unsigned f = fl[g / 16]; f; f &= f - 1) idx[c++] = g + __builtin_ctz(f);
+    for (int64_t q = 0; q < c; q++) {
+        const int64_t i = idx[q];
+        const double v = (double)y[i], xs = v != v ? 0.0 : v;
+        const uint64_t e = ((const uint64_t *)t->lut)[SFX(table_key_sr)(SFX(bits)(y[i]), km)];
+        double lo = (double)f32_from((uint32_t)e), hi = (double)f32_from((uint32_t)(e >> 32));
+        if (lo != lo) { /* searched */
+            int64_t pos;
+            table_search(&xs, &pos, 1, t);
+            table_sr_neighbours(t, pos, xs, &lo, &hi);
+        }
+        int u = 0;
+        double yv = table_sr_choose(v, xs, lo, hi, M, 0, 1, k, draws[i], &u);
+        y[i] = (W)(u ? v : yv);
+        count += u;
+    }
+    return count;
+}
+#endif
+
 /* stochastic modes: the key (a vector loop), the neighbours (scalar loads), the choice (a vector
-   loop); for float arrays where gathers are fast, the first two in one pass (table_sr_tile_f32).
-   Inputs whose entry is searched (lo is NaN there) are redone after it, one by one. */
+   loop); for float arrays where gathers are fast, the first two in one pass (table_sr_tile_f32),
+   or all three (table_sr_fast_f32) where the spacings are powers of two. Inputs whose entry is
+   searched (lo is NaN there) are redone after it, one by one. */
 ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_table *t, const int M,
                                   const any_pos *at, int rbits, double two_r, int64_t *und) {
     const SFX(table_keymap) km = SFX(table_keys)(t);
@@ -135,12 +163,25 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
     const int one_pass = sizeof(W) == 4 && !t->portable && table_gathers_fast(); /* tablegather.c */
     const uint32_t km32[6] = {(uint32_t)km.shift, (uint32_t)km.lowmask, (uint32_t)km.klo1,
                               (uint32_t)km.khi1,  (uint32_t)km.off,     (uint32_t)km.ntot};
+    const int fused = one_pass && t->lut_float_lanes;
 #endif
     uint64_t index = at->idx0;
     for (int64_t i0 = 0; i0 < n; i0 += TABLE_TILE) {
         const int64_t m = n - i0 < TABLE_TILE ? n - i0 : TABLE_TILE;
         const W *x = xin + i0;
         W *y = yout + i0;
+#if defined(__AVX512F__)
+        if (fused) {
+            uint64_t fdraws[TABLE_TILE];
+            uint16_t fl[TABLE_TILE / 16];
+            counter_draws(fdraws, k.base, index, step, m, draw_bits(M, rbits));
+            if (table_sr_fast_f32((const uint32_t *)x, (uint32_t *)y, m, (const uint64_t *)t->lut, km32, fdraws,
+                                  M, rbits, &k, fl))
+                *und += SFX(table_sr_fix)(y, m, fl, t, M, &k, fdraws, &km);
+            index += (uint64_t)m * step;
+            continue;
+        }
+#endif
         double xo[TABLE_TILE], xs_t[TABLE_TILE], lo_t[TABLE_TILE], hi_t[TABLE_TILE];
         WU key[TABLE_TILE];
         uint64_t e[TABLE_TILE];
