@@ -130,11 +130,10 @@ typedef struct {
     __m512i two_b, inf_key, sz_sign;
     __m512 neg_below;
     __m128i shift;
-    int M;
 } table_srv;
 
 ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint32_t *y, const uint64_t *lut,
-                                     const uint64_t *draws, __mmask16 live) {
+                                     const uint64_t *draws, __mmask16 live, const int M) {
     const __m512i zero = _mm512_setzero_si512();
     const __m512 fzero = _mm512_setzero_ps();
     const __mmask8 live0 = (__mmask8)live, live1 = (__mmask8)(live >> 8);
@@ -157,33 +156,40 @@ ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint
     __m512 xf = _mm512_castsi512_ps(xs), lof = _mm512_castsi512_ps(lo), hif = _mm512_castsi512_ps(hi);
     /* table_nan: NaN x, +-inf under infinity="nan" (inf_key; else all ones, never), x < 0 under
        negative="nan" (neg_below 0; else -inf, never) */
-    __mmask16 nan_out = nan | _mm512_cmpeq_epi32_mask(a, c->inf_key) | _mm512_cmp_ps_mask(xf, c->neg_below, _CMP_LT_OQ);
+    __mmask16 nan_out = _kor_mask16(_kor_mask16(nan, _mm512_cmpeq_epi32_mask(a, c->inf_key)),
+                                    _mm512_cmp_ps_mask(xf, c->neg_below, _CMP_LT_OQ));
     __mmask16 negative = _mm512_cmp_ps_mask(hif, fzero, _CMP_LE_OQ);
-    __mmask16 fixed = _mm512_cmp_ps_mask(xf, lof, _CMP_EQ_OQ) | _mm512_cmp_ps_mask(lof, hif, _CMP_EQ_OQ);
     __mmask16 slow = _mm512_cmp_ps_mask(lof, lof, _CMP_UNORD_Q); /* searched */
-    __mmask16 away;
-    if (c->M == M_SRU) {
-        away = _mm512_test_epi32_mask(dw, c->one);
+    __mmask16 sel; /* hi, not lo */
+    if (M == M_SRU) { /* x on the table: lo */
+        __mmask16 on_lo = _mm512_cmp_ps_mask(xf, lof, _CMP_EQ_OQ);
+        sel = _kandn_mask16(on_lo, _kxor_mask16(_mm512_test_epi32_mask(dw, c->one), negative));
+        slow = _kandn_mask16(nan_out, slow);
     } else {
-        /* num = negative ? hi - xs : xs - lo, as pa + pb */
+        /* num = negative ? hi - xs : xs - lo, as pa + pb. x == lo takes lo without a case of its
+           own: p = 0 (never away), or on a negative interval p = 1 exactly (always away). */
         __m512 pa = _mm512_mask_mov_ps(xf, negative, hif);
         __m512 pb = _mm512_sub_ps(fzero, _mm512_mask_mov_ps(lof, negative, xf));
         __m512 num = _mm512_add_ps(pa, pb);
-        slow |= _mm512_cmp_ps_mask(_mm512_sub_ps(num, pa), pb, _CMP_NEQ_UQ)
-                | _mm512_cmp_ps_mask(_mm512_sub_ps(num, pb), pa, _CMP_NEQ_UQ);
+        __mmask16 inexact = _kor_mask16(_mm512_cmp_ps_mask(_mm512_sub_ps(num, pa), pb, _CMP_NEQ_UQ),
+                                        _mm512_cmp_ps_mask(_mm512_sub_ps(num, pb), pa, _CMP_NEQ_UQ));
         __m512i e = _mm512_srli_epi32(_mm512_castps_si512(_mm512_sub_ps(hif, lof)), 23);
         /* 2**(B - k) for den = 2**k: exponent field 127 + B - (e - 127) */
         __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(c->scale_top, e), 23));
         __m512i qi = _mm512_cvttps_epu32(_mm512_mul_ps(num, scale)); /* floor(q): q >= 0 */
-        if (c->M == M_SR) {
+        __mmask16 away;
+        if (M == M_SR) {
             away = _mm512_cmplt_epu32_mask(dw, qi);
-            slow |= _mm512_cmpeq_epi32_mask(dw, qi);
+            slow = _kor_mask16(slow, _mm512_cmpeq_epi32_mask(dw, qi));
         } else { /* floor(p * 2**r) + draw >= 2**r */
             away = _mm512_cmpge_epu32_mask(_mm512_add_epi32(qi, dw), c->two_b);
         }
+        /* lo == hi: the result does not depend on the draw (nor on the garbage of den = 0) */
+        __mmask16 same = _mm512_cmp_ps_mask(lof, hif, _CMP_EQ_OQ);
+        slow = _kandn_mask16(_kor_mask16(same, nan_out), _kor_mask16(slow, inexact));
+        sel = _kxor_mask16(away, negative);
     }
-    slow &= (__mmask16)~(fixed | nan_out);
-    __m512i r = _mm512_mask_mov_epi32(lo, (__mmask16)((away ^ negative) & ~fixed), hi);
+    __m512i r = _mm512_mask_mov_epi32(lo, sel, hi);
     /* a zero result's sign: xs's under signed_zero (sz_sign the sign bit), else its own */
     r = _mm512_mask_ternarylogic_epi32(r, _mm512_testn_epi32_mask(r, c->abs_mask), xs, c->sz_sign, 0xD8);
     r = _mm512_mask_mov_epi32(r, nan_out, _mm512_set1_epi32(0x7FC00000));
@@ -192,7 +198,7 @@ ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint
     return slow & live;
 }
 
-static int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, const uint64_t *lut, const uint32_t km[6],
+ANY_INLINE int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, const uint64_t *lut, const uint32_t km[6],
                              const uint64_t *draws, const int M, int rbits, const table_srk *k, uint16_t *fl) {
     table_srv c;
     const int B = M == M_SR ? 21 : rbits; /* the draw bits p is compared with */
@@ -213,16 +219,15 @@ static int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, const ui
     c.sz_sign = _mm512_set1_epi32(k->signed_zero != 0.0 ? (int)0x80000000u : 0);
     c.neg_below = _mm512_set1_ps(k->neg_nan == 0.0 ? 0.0f : -INFINITY);
     c.shift = _mm_cvtsi32_si128((int)km[0]);
-    c.M = M;
     int any = 0;
     int64_t i = 0;
     for (; i + 16 <= m; i += 16) {
-        __mmask16 f = table_sr_fast16(&c, x + i, y + i, lut, draws + i, (__mmask16)0xFFFF);
+        __mmask16 f = table_sr_fast16(&c, x + i, y + i, lut, draws + i, (__mmask16)0xFFFF, M);
         fl[i / 16] = (uint16_t)f;
         any |= f;
     }
     if (i < m) {
-        __mmask16 f = table_sr_fast16(&c, x + i, y + i, lut, draws + i, (__mmask16)((1u << (m - i)) - 1));
+        __mmask16 f = table_sr_fast16(&c, x + i, y + i, lut, draws + i, (__mmask16)((1u << (m - i)) - 1), M);
         fl[i / 16] = (uint16_t)f;
         any |= f;
     }
