@@ -36,7 +36,7 @@ from anynum.formats.table import Table
 from anynum.kernels.block import saturate_to_dtype_needed, underflow_is_harmless
 from anynum.kernels.eager import round_to_format, working_dtype
 from anynum.kernels.positparams import PositParams, posit_params
-from anynum.kernels.tablelut import TableLut, neighbour_lut, result_lut
+from anynum.kernels.tablelut import neighbour_lut, result_lut
 from anynum.rounding import Rounding
 
 __all__ = [
@@ -136,7 +136,7 @@ class TableParams(ctypes.Structure):
             (name, ctypes.c_int32)
             for name in (
                 "ties", "underflow_saturate", "infinity_nan", "signed_zero", "negative_nan", "lut_pow2",
-                "lut_float_lanes",  # the stochastic choice on float32 lanes (_float_lanes)
+                "lut_float_lanes",  # the stochastic choice on float32 lanes (TableLut.float_lanes)
                 "portable",  # 1: the portable loops where a vector path is built (tests)
             )
         ),
@@ -298,28 +298,8 @@ def _table_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, 
     return np.ascontiguousarray(lo), np.ascontiguousarray(hi), meta
 
 
-def _float_lanes(bucket: TableLut, mode: Rounding, rand_bits: int | None) -> bool:
-    """Whether the stochastic choice of float arrays may run on float32 lanes
-    (csrc/tablegather.c, table_sr_fast_f32): SR uniform always; exact SR and SR with 1-30 random
-    bits where every spacing is 2**k with 2**k and 2**(B - k) normal float32 numbers, for the B
-    draw bits compared (21 for exact SR, else rand_bits).
-
-    >>> import anynum as an
-    >>> _float_lanes(neighbour_lut(an.Table.from_format(an.E2M1), False), Rounding.STOCHASTIC, None)
-    True
-    """
-    if mode is Rounding.STOCHASTIC_UNIFORM:
-        return True
-    if mode is not Rounding.STOCHASTIC or not bucket.pow2:
-        return False
-    b = 21 if rand_bits is None else rand_bits
-    k_min, k_max = bucket.den_exps
-    return 1 <= b <= 30 and k_min >= b - 127 and k_max <= 127
-
-
-def _table_params(
-    fmt: Table, mode: Rounding, key64: bool, rand_bits: int | None
-) -> tuple[TableParams, tuple[Any, ...]]:
+def _table_params(fmt: Table, mode: Rounding, key64: bool,
+                  rand_bits: int | None) -> tuple[TableParams, tuple[Any, ...]]:
     lut = fmt.lookup(torch.device("cpu"))
     values = lut.values.contiguous()
     bound = lut.bound.to(torch.float64).contiguous()
@@ -347,11 +327,9 @@ def _table_params(
     # that widen to float32 exactly, float64 keys for float64 inputs)
     bucket = neighbour_lut(fmt, key64) if mode.is_stochastic else result_lut(fmt, mode, key64)
     params.lut = bucket.entries.ctypes.data
-    params.lut_shift, params.lut_klo, params.lut_khi, params.lut_ntot = (
-        bucket.shift, bucket.klo, bucket.khi, bucket.ntot
-    )
-    params.lut_pow2 = int(bucket.pow2)
-    params.lut_float_lanes = int(not key64 and _float_lanes(bucket, mode, rand_bits))
+    params.lut_shift, params.lut_klo, params.lut_khi = bucket.shift, bucket.klo, bucket.khi
+    params.lut_ntot, params.lut_pow2 = bucket.ntot, int(bucket.pow2)
+    params.lut_float_lanes = int(not key64 and bucket.float_lanes(mode, rand_bits))
     return params, (values, bound, exact, blo, bhi, bucket.entries)
 
 

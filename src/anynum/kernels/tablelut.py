@@ -76,6 +76,25 @@ class TableLut:
     pow2: bool = False  # neighbour lookups: every hi - lo a power of two (the C multiplies by 1 / den)
     den_exps: tuple[int, int] = (0, 0)  # then the least and greatest k of those hi - lo = 2**k
 
+    def float_lanes(self, mode: Rounding, rand_bits: int | None) -> bool:
+        """Whether this neighbour lookup's stochastic choice for float arrays may run on float32
+        lanes (csrc/tablegather.c, table_sr_fast_f32): SR uniform always; exact SR and SR with
+        1-30 random bits where every spacing is 2**k with 2**k and 2**(B - k) normal float32
+        numbers, for the B draw bits compared (21 for exact SR, else rand_bits).
+
+        >>> import anynum as an
+        >>> lut = neighbour_lut(an.Table.from_format(an.E2M1), key64=False)
+        >>> lut.float_lanes(Rounding.STOCHASTIC, None), lut.float_lanes(Rounding.STOCHASTIC, 31)
+        (True, False)
+        """
+        if mode is Rounding.STOCHASTIC_UNIFORM:
+            return True
+        if mode is not Rounding.STOCHASTIC or not self.pow2:
+            return False
+        b = 21 if rand_bits is None else rand_bits
+        k_min, k_max = self.den_exps
+        return 1 <= b <= 30 and k_min >= b - 127 and k_max <= 127
+
 
 def _key_map(fmt: Table, kt: _KeyType) -> tuple[int, int, int]:
     """(shift, lo, hi): the bucket width and the first and last bucket of the range."""

@@ -271,7 +271,7 @@ typedef struct { /* Table: the arrays of Table.lookup(cpu), and a bucket index (
     int64_t lut_shift, lut_klo, lut_khi, lut_ntot; /* its key map */
     int32_t ties, underflow_saturate, infinity_nan, signed_zero, negative_nan;
     int32_t lut_pow2; /* every spacing in a stochastic lookup is a power of two (kernels.tablelut) */
-    int32_t lut_float_lanes; /* the stochastic choice may run on float32 lanes (cparams._float_lanes) */
+    int32_t lut_float_lanes; /* SR's choice may run on float32 lanes (tablelut.TableLut.float_lanes) */
     int32_t portable; /* 1: the portable loops even where table_det_tile_f32 is built (tests) */
 } any_table;
 

@@ -123,8 +123,8 @@ static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut,
    per-element choice: dh == floor(q) (one draw in 2**21), num inexact, and the searched inputs
    (lo NaN). Lanes with x on the table or lo == hi (the result does not depend on the draw) and
    NaN results are decided here. Which tables and modes qualify (spacings 2**k from 2**(B - 127)
-   to 2**127, where 2**(B - k) is normal) is cparams._float_lanes' call. draws: counter_draws'
-   bits for the m elements. */
+   to 2**127, where 2**(B - k) is normal) is tablelut.TableLut.float_lanes' call. draws:
+   counter_draws' bits for the m elements. */
 typedef struct {
     __m512i abs_mask, expmask, one, lowmask, klo1, khi1, off, ntot, even, odd, draw_word, scale_top;
     __m512i two_b, inf_key, sz_sign;
@@ -143,13 +143,15 @@ ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint
     __mmask16 neg = _mm512_mask_cmplt_epi32_mask((__mmask16)~nan, u, zero);
     __m512i xs = _mm512_mask_mov_epi32(u, nan, zero);
     a = _mm512_mask_mov_epi32(a, nan, zero);
-    __m512i k = _mm512_add_epi32(_mm512_srl_epi32(a, c->shift), _mm512_srl_epi32(_mm512_add_epi32(a, c->lowmask), c->shift));
+    __m512i k = _mm512_add_epi32(_mm512_srl_epi32(a, c->shift),
+                                 _mm512_srl_epi32(_mm512_add_epi32(a, c->lowmask), c->shift));
     k = _mm512_min_epu32(_mm512_max_epu32(k, c->klo1), c->khi1);
     k = _mm512_mask_mov_epi32(k, _mm512_cmpeq_epi32_mask(a, zero), c->off);
     k = _mm512_sub_epi32(k, c->off);
     k = _mm512_mask_add_epi32(k, neg, k, c->ntot);
     __m512i e0 = _mm512_mask_i32gather_epi64(zero, live0, _mm512_castsi512_si256(k), (const void *)lut, 8);
-    __m512i e1 = _mm512_mask_i32gather_epi64(zero, live1, _mm512_extracti64x4_epi64(k, 1), (const void *)lut, 8);
+    __m512i e1 = _mm512_mask_i32gather_epi64(zero, live1, _mm512_extracti64x4_epi64(k, 1), (const void *)lut,
+                                             8);
     __m512i lo = _mm512_permutex2var_epi32(e0, c->even, e1), hi = _mm512_permutex2var_epi32(e0, c->odd, e1);
     __m512i dw = _mm512_permutex2var_epi32(_mm512_maskz_loadu_epi64(live0, draws), c->draw_word,
                                            _mm512_maskz_loadu_epi64(live1, draws + 8));
@@ -198,8 +200,9 @@ ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint
     return slow & live;
 }
 
-ANY_INLINE int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, const uint64_t *lut, const uint32_t km[6],
-                             const uint64_t *draws, const int M, int rbits, const table_srk *k, uint16_t *fl) {
+ANY_INLINE int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, const uint64_t *lut,
+                                 const uint32_t km[6], const uint64_t *draws, const int M, int rbits,
+                                 const table_srk *k, uint16_t *fl) {
     table_srv c;
     const int B = M == M_SR ? 21 : rbits; /* the draw bits p is compared with */
     c.abs_mask = _mm512_set1_epi32(0x7FFFFFFF);

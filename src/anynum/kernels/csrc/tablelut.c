@@ -175,8 +175,8 @@ ANY_INLINE void SFX(table_lut_sr)(const W *xin, W *yout, int64_t n, const any_ta
             uint64_t fdraws[TABLE_TILE];
             uint16_t fl[TABLE_TILE / 16];
             counter_draws(fdraws, k.base, index, step, m, draw_bits(M, rbits));
-            if (table_sr_fast_f32((const uint32_t *)x, (uint32_t *)y, m, (const uint64_t *)t->lut, km32, fdraws,
-                                  M, rbits, &k, fl))
+            if (table_sr_fast_f32((const uint32_t *)x, (uint32_t *)y, m, (const uint64_t *)t->lut, km32,
+                                  fdraws, M, rbits, &k, fl))
                 *und += SFX(table_sr_fix)(y, m, fl, t, M, &k, fdraws, &km);
             index += (uint64_t)m * step;
             continue;
