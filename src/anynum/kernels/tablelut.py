@@ -160,7 +160,8 @@ def _lut(
 def _den_exponents(lo: np.ndarray, hi: np.ndarray) -> tuple[int, int]:
     """The least and greatest k of the spacings hi - lo = 2**k (lo < hi) of a power-of-two lookup;
     the float lanes of csrc/tablegather.c (table_sr_fast_f32) run where 2**k and their scales
-    are normal float32 numbers. (0, 0) where no entry has lo < hi.
+    are normal float32 numbers (float32 keys: the values are float32 numbers, so no spacing
+    overflows here). (0, 0) where no entry has lo < hi.
 
     >>> _den_exponents(np.array([0.0, 0.5, 3.0]), np.array([0.5, 1.0, 3.0]))
     (-1, -1)
@@ -248,7 +249,7 @@ def neighbour_lut(fmt: Table, key64: bool) -> TableLut:
         lo = np.where(positive & nonzero & (lo == 0), hi, lo)
         hi = np.where(~positive & nonzero & (hi == 0), lo, hi)
     pow2 = _powers_of_two(lo[jf == jl], hi[jf == jl])
-    den_exps = _den_exponents(lo[jf == jl], hi[jf == jl]) if pow2 else (0, 0)
+    den_exps = _den_exponents(lo[jf == jl], hi[jf == jl]) if pow2 and not key64 else (0, 0)
     lo = np.where(jf == jl, lo, np.nan)
     if key64:
         entries = np.stack([lo, hi], axis=1).reshape(-1)
