@@ -32,6 +32,34 @@ TABLE_GATHER(table_gather_64k32, uint64_t, uint32_t)
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #include <x86intrin.h> /* __rdtsc */
+/* table_entry on 16 uint32 lanes (unsigned clamps and compares, wrapping sums), for the one-pass
+   tiles below: the key map of the template's table_keys for float arrays, km = {shift, lowmask,
+   klo1, khi1, off, ntot}, and the entry of magnitude bits a with the lanes neg negative. */
+typedef struct {
+    __m512i lowmask, klo1, khi1, off, ntot;
+    __m128i shift;
+} table_keyv;
+
+ANY_INLINE table_keyv table_keyv_of(const uint32_t km[6]) {
+    table_keyv v;
+    v.shift = _mm_cvtsi32_si128((int)km[0]);
+    v.lowmask = _mm512_set1_epi32((int)km[1]);
+    v.klo1 = _mm512_set1_epi32((int)km[2]);
+    v.khi1 = _mm512_set1_epi32((int)km[3]);
+    v.off = _mm512_set1_epi32((int)km[4]);
+    v.ntot = _mm512_set1_epi32((int)km[5]);
+    return v;
+}
+
+ANY_INLINE __m512i table_entry16(__m512i a, __mmask16 neg, const table_keyv *v) {
+    __m512i k = _mm512_add_epi32(_mm512_srl_epi32(a, v->shift),
+                                 _mm512_srl_epi32(_mm512_add_epi32(a, v->lowmask), v->shift));
+    k = _mm512_min_epu32(_mm512_max_epu32(k, v->klo1), v->khi1);
+    k = _mm512_mask_mov_epi32(k, _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512()), v->off);
+    k = _mm512_sub_epi32(k, v->off);
+    return _mm512_mask_add_epi32(k, neg, k, v->ntot);
+}
+
 /* One tile of tablelut.c's deterministic lookup for float arrays (32-bit keys and entries), in
    one pass with the key, a hardware gather and the choice in registers: 1.7-2x faster than the
    three passes on an Intel Sapphire Rapids. The same key map as table_entry / table_key_det on
@@ -42,22 +70,15 @@ TABLE_GATHER(table_gather_64k32, uint64_t, uint32_t)
 static int32_t table_det_tile_f32(const uint32_t *x, uint32_t *y, int64_t m, const uint32_t *lut,
                                   const uint32_t km[6], uint32_t nan_from, int32_t *fl) {
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), zero = _mm512_setzero_si512();
-    const __m512i lowmask = _mm512_set1_epi32((int)km[1]);
-    const __m512i klo1 = _mm512_set1_epi32((int)km[2]), khi1 = _mm512_set1_epi32((int)km[3]);
-    const __m512i off = _mm512_set1_epi32((int)km[4]), ntot = _mm512_set1_epi32((int)km[5]);
+    const table_keyv kv = table_keyv_of(km);
     const __m512i nan_key = _mm512_set1_epi32((int)(2 * km[5])), nan_at = _mm512_set1_epi32((int)nan_from);
     const __m512i sentinel = _mm512_set1_epi32(-1), one = _mm512_set1_epi32(1);
-    const __m128i shift = _mm_cvtsi32_si128((int)km[0]);
     int32_t nf = 0;
     for (int64_t i = 0; i < m; i += 16) {
         const __mmask16 live = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);
         __m512i u = _mm512_maskz_loadu_epi32(live, x + i);
         __m512i a = _mm512_and_si512(u, abs_mask);
-        __m512i k = _mm512_add_epi32(_mm512_srl_epi32(a, shift), _mm512_srl_epi32(_mm512_add_epi32(a, lowmask), shift));
-        k = _mm512_min_epu32(_mm512_max_epu32(k, klo1), khi1);
-        k = _mm512_mask_mov_epi32(k, _mm512_cmpeq_epi32_mask(a, zero), off);
-        k = _mm512_sub_epi32(k, off);
-        k = _mm512_mask_add_epi32(k, _mm512_cmplt_epi32_mask(u, zero), k, ntot); /* negative x */
+        __m512i k = table_entry16(a, _mm512_cmplt_epi32_mask(u, zero), &kv); /* negative x */
         k = _mm512_mask_mov_epi32(k, _mm512_cmpge_epu32_mask(a, nan_at), nan_key);
         __m512i r = _mm512_mask_i32gather_epi32(zero, live, k, (const void *)lut, 4);
         __mmask16 f = _mm512_mask_cmpeq_epi32_mask(live, r, sentinel);
@@ -76,11 +97,8 @@ static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut,
                               uint64_t *e, double *xo, double *xs) {
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), zero = _mm512_setzero_si512();
     const __m512i expmask = _mm512_set1_epi32(0x7F800000);
-    const __m512i lowmask = _mm512_set1_epi32((int)km[1]);
-    const __m512i klo1 = _mm512_set1_epi32((int)km[2]), khi1 = _mm512_set1_epi32((int)km[3]);
-    const __m512i off = _mm512_set1_epi32((int)km[4]), ntot = _mm512_set1_epi32((int)km[5]);
+    const table_keyv kv = table_keyv_of(km);
     const __m512d dzero = _mm512_setzero_pd();
-    const __m128i shift = _mm_cvtsi32_si128((int)km[0]);
     for (int64_t i = 0; i < m; i += 16) {
         const __mmask16 live = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);
         const __mmask8 live0 = (__mmask8)live, live1 = (__mmask8)(live >> 8);
@@ -89,11 +107,7 @@ static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut,
         __mmask16 nan = _mm512_cmpgt_epu32_mask(a, expmask); /* read as +0 */
         __mmask16 neg = _mm512_mask_cmplt_epi32_mask((__mmask16)~nan, u, zero);
         a = _mm512_mask_mov_epi32(a, nan, zero);
-        __m512i k = _mm512_add_epi32(_mm512_srl_epi32(a, shift), _mm512_srl_epi32(_mm512_add_epi32(a, lowmask), shift));
-        k = _mm512_min_epu32(_mm512_max_epu32(k, klo1), khi1);
-        k = _mm512_mask_mov_epi32(k, _mm512_cmpeq_epi32_mask(a, zero), off);
-        k = _mm512_sub_epi32(k, off);
-        k = _mm512_mask_add_epi32(k, neg, k, ntot);
+        __m512i k = table_entry16(a, neg, &kv);
         __m512i e0 = _mm512_mask_i32gather_epi64(zero, live0, _mm512_castsi512_si256(k), (const void *)lut, 8);
         __m512i e1 = _mm512_mask_i32gather_epi64(zero, live1, _mm512_extracti64x4_epi64(k, 1), (const void *)lut, 8);
         _mm512_mask_storeu_epi64(e + i, live0, e0);
@@ -126,10 +140,9 @@ static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut,
    to 2**127, where 2**(B - k) is normal) is tablelut.TableLut.float_lanes' call. draws:
    counter_draws' bits for the m elements. */
 typedef struct {
-    __m512i abs_mask, expmask, one, lowmask, klo1, khi1, off, ntot, even, odd, draw_word, scale_top;
-    __m512i two_b, inf_key, sz_sign;
+    table_keyv kv;
+    __m512i abs_mask, expmask, one, even, odd, draw_word, scale_top, two_b, inf_key, sz_sign;
     __m512 neg_below;
-    __m128i shift;
 } table_srv;
 
 ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint32_t *y, const uint64_t *lut,
@@ -143,12 +156,7 @@ ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint
     __mmask16 neg = _mm512_mask_cmplt_epi32_mask((__mmask16)~nan, u, zero);
     __m512i xs = _mm512_mask_mov_epi32(u, nan, zero);
     a = _mm512_mask_mov_epi32(a, nan, zero);
-    __m512i k = _mm512_add_epi32(_mm512_srl_epi32(a, c->shift),
-                                 _mm512_srl_epi32(_mm512_add_epi32(a, c->lowmask), c->shift));
-    k = _mm512_min_epu32(_mm512_max_epu32(k, c->klo1), c->khi1);
-    k = _mm512_mask_mov_epi32(k, _mm512_cmpeq_epi32_mask(a, zero), c->off);
-    k = _mm512_sub_epi32(k, c->off);
-    k = _mm512_mask_add_epi32(k, neg, k, c->ntot);
+    __m512i k = table_entry16(a, neg, &c->kv);
     __m512i e0 = _mm512_mask_i32gather_epi64(zero, live0, _mm512_castsi512_si256(k), (const void *)lut, 8);
     __m512i e1 = _mm512_mask_i32gather_epi64(zero, live1, _mm512_extracti64x4_epi64(k, 1), (const void *)lut,
                                              8);
@@ -208,11 +216,7 @@ ANY_INLINE int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, cons
     c.abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
     c.expmask = _mm512_set1_epi32(0x7F800000);
     c.one = _mm512_set1_epi32(1);
-    c.lowmask = _mm512_set1_epi32((int)km[1]);
-    c.klo1 = _mm512_set1_epi32((int)km[2]);
-    c.khi1 = _mm512_set1_epi32((int)km[3]);
-    c.off = _mm512_set1_epi32((int)km[4]);
-    c.ntot = _mm512_set1_epi32((int)km[5]);
+    c.kv = table_keyv_of(km);
     c.even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     c.odd = _mm512_add_epi32(c.even, c.one);
     c.draw_word = M == M_SR ? c.odd : c.even;
@@ -221,7 +225,6 @@ ANY_INLINE int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, cons
     c.inf_key = _mm512_set1_epi32(k->inf_is_nan == INFINITY ? 0x7F800000 : -1);
     c.sz_sign = _mm512_set1_epi32(k->signed_zero != 0.0 ? (int)0x80000000u : 0);
     c.neg_below = _mm512_set1_ps(k->neg_nan == 0.0 ? 0.0f : -INFINITY);
-    c.shift = _mm_cvtsi32_si128((int)km[0]);
     int any = 0;
     int64_t i = 0;
     for (; i + 16 <= m; i += 16) {
