@@ -93,25 +93,33 @@ static int32_t table_det_tile_f32(const uint32_t *x, uint32_t *y, int64_t m, con
    table_key_sr's keys on uint32 lanes (as table_det_tile_f32's), the entries (lo's and hi's float32
    bits in one uint64) by two 8-lane hardware gathers, and x widened to double as it is (xo) and with
    NaN read as 0 (xs); the same arrays as the key loop and table_gather_64k32 leave. */
+/* table_key_sr's entries for 16 float32 inputs u (the live lanes): lo's and hi's float32 bits in one
+   uint64, lanes 0-7 in e[0] and 8-15 in e[1]; the NaN lanes, keyed as +0, in *nan */
+ANY_INLINE void table_sr_entries16(__m512i u, __mmask16 live, const table_keyv *kv, const uint64_t *lut,
+                                   __m512i e[2], __mmask16 *nan) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    *nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7F800000));
+    __mmask16 neg = _mm512_mask_cmplt_epi32_mask((__mmask16)~*nan, u, zero);
+    __m512i k = table_entry16(_mm512_mask_mov_epi32(a, *nan, zero), neg, kv);
+    e[0] = _mm512_mask_i32gather_epi64(zero, (__mmask8)live, _mm512_castsi512_si256(k), (const void *)lut, 8);
+    e[1] = _mm512_mask_i32gather_epi64(zero, (__mmask8)(live >> 8), _mm512_extracti64x4_epi64(k, 1),
+                                       (const void *)lut, 8);
+}
+
 static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut, const uint32_t km[6],
                               uint64_t *e, double *xo, double *xs) {
-    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), zero = _mm512_setzero_si512();
-    const __m512i expmask = _mm512_set1_epi32(0x7F800000);
     const table_keyv kv = table_keyv_of(km);
     const __m512d dzero = _mm512_setzero_pd();
     for (int64_t i = 0; i < m; i += 16) {
         const __mmask16 live = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);
         const __mmask8 live0 = (__mmask8)live, live1 = (__mmask8)(live >> 8);
         __m512i u = _mm512_maskz_loadu_epi32(live, x + i);
-        __m512i a = _mm512_and_si512(u, abs_mask);
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(a, expmask); /* read as +0 */
-        __mmask16 neg = _mm512_mask_cmplt_epi32_mask((__mmask16)~nan, u, zero);
-        a = _mm512_mask_mov_epi32(a, nan, zero);
-        __m512i k = table_entry16(a, neg, &kv);
-        __m512i e0 = _mm512_mask_i32gather_epi64(zero, live0, _mm512_castsi512_si256(k), (const void *)lut, 8);
-        __m512i e1 = _mm512_mask_i32gather_epi64(zero, live1, _mm512_extracti64x4_epi64(k, 1), (const void *)lut, 8);
-        _mm512_mask_storeu_epi64(e + i, live0, e0);
-        _mm512_mask_storeu_epi64(e + i + 8, live1, e1);
+        __m512i ent[2];
+        __mmask16 nan;
+        table_sr_entries16(u, live, &kv, lut, ent, &nan);
+        _mm512_mask_storeu_epi64(e + i, live0, ent[0]);
+        _mm512_mask_storeu_epi64(e + i + 8, live1, ent[1]);
         __m512d d0 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_castsi512_si256(u)));
         __m512d d1 = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(u, 1)));
         _mm512_mask_storeu_pd(xo + i, live0, d0);
@@ -122,7 +130,7 @@ static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut,
 }
 
 /* The stochastic modes for float arrays and tables whose every spacing is a power of two
-   (tablelut.TableLut.pow2) in float32's normal range, in one pass: table_sr_tile_f32's keys and
+   (tablelut.TableLut.pow2) in float32's normal range, in one pass: table_sr_entries16's keys and
    neighbours, then table_sr_choose's choice on 16 float32 lanes, where table_sr_choose takes 8
    double ones.
    - Exact SR (M_SR) needs p = num / den only as far as the draw's top B = 21 bits (the high word
@@ -141,7 +149,7 @@ static void table_sr_tile_f32(const uint32_t *x, int64_t m, const uint64_t *lut,
    counter_draws' bits for the m elements. */
 typedef struct {
     table_keyv kv;
-    __m512i abs_mask, expmask, one, even, odd, draw_word, scale_top, two_b, inf_key, sz_sign;
+    __m512i abs_mask, one, even, odd, draw_word, scale_top, two_b, inf_key, sz_sign;
     __m512 neg_below;
 } table_srv;
 
@@ -151,16 +159,13 @@ ANY_INLINE __mmask16 table_sr_fast16(const table_srv *c, const uint32_t *x, uint
     const __m512 fzero = _mm512_setzero_ps();
     const __mmask8 live0 = (__mmask8)live, live1 = (__mmask8)(live >> 8);
     __m512i u = _mm512_maskz_loadu_epi32(live, x);
-    __m512i a = _mm512_and_si512(u, c->abs_mask);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, c->expmask); /* read as +0 */
-    __mmask16 neg = _mm512_mask_cmplt_epi32_mask((__mmask16)~nan, u, zero);
+    __m512i ent[2];
+    __mmask16 nan;
+    table_sr_entries16(u, live, &c->kv, lut, ent, &nan);
+    __m512i a = _mm512_and_si512(u, c->abs_mask); /* NaN lanes never match inf_key */
     __m512i xs = _mm512_mask_mov_epi32(u, nan, zero);
-    a = _mm512_mask_mov_epi32(a, nan, zero);
-    __m512i k = table_entry16(a, neg, &c->kv);
-    __m512i e0 = _mm512_mask_i32gather_epi64(zero, live0, _mm512_castsi512_si256(k), (const void *)lut, 8);
-    __m512i e1 = _mm512_mask_i32gather_epi64(zero, live1, _mm512_extracti64x4_epi64(k, 1), (const void *)lut,
-                                             8);
-    __m512i lo = _mm512_permutex2var_epi32(e0, c->even, e1), hi = _mm512_permutex2var_epi32(e0, c->odd, e1);
+    __m512i lo = _mm512_permutex2var_epi32(ent[0], c->even, ent[1]);
+    __m512i hi = _mm512_permutex2var_epi32(ent[0], c->odd, ent[1]);
     __m512i dw = _mm512_permutex2var_epi32(_mm512_maskz_loadu_epi64(live0, draws), c->draw_word,
                                            _mm512_maskz_loadu_epi64(live1, draws + 8));
     __m512 xf = _mm512_castsi512_ps(xs), lof = _mm512_castsi512_ps(lo), hif = _mm512_castsi512_ps(hi);
@@ -214,7 +219,6 @@ ANY_INLINE int table_sr_fast_f32(const uint32_t *x, uint32_t *y, int64_t m, cons
     table_srv c;
     const int B = M == M_SR ? 21 : rbits; /* the draw bits p is compared with */
     c.abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
-    c.expmask = _mm512_set1_epi32(0x7F800000);
     c.one = _mm512_set1_epi32(1);
     c.kv = table_keyv_of(km);
     c.even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
