@@ -107,12 +107,19 @@ ANY_INLINE uint64_t counter_bits(uint64_t base, uint64_t index, int nbits) {
    an element on an Emerald Rapids core, and 2.45 against 2.95 with a decision after them
    (docs/speed.md). GCC and Clang split the vectors to the machine's width. */
 typedef uint64_t any_u64x8 __attribute__((vector_size(64)));
+#if defined(__AVX512F__)
+#define DRAWS_OPAQUE(v) __asm__("" : "+v"(v))
+#else
+#define DRAWS_OPAQUE(v) (void)0
+#endif
 #define FOUR_CHAINS(STEP) STEP(a); STEP(b); STEP(c); STEP(d);
 /* the last step and the top 64 - drop bits: z ^ (z >> 31) has z's top 31 bits, so a draw of at
    most 31 bits (drop >= 33) skips the last step */
 #define FOUR_STORES(out, drop)                                                                        \
     if ((drop) < 33) { FOUR_CHAINS(MIX_C) }                                                           \
-    a >>= (drop), b >>= (drop), c >>= (drop), d >>= (drop);                                           \
+    any_u64x8 dropv = (any_u64x8){0} + (uint64_t)(drop);                                             \
+    DRAWS_OPAQUE(dropv); /* a vector count (vpsrlvq, one uop), not an xmm count (two uops) */          \
+    a >>= dropv, b >>= dropv, c >>= dropv, d >>= dropv;                                               \
     memcpy((out), &a, sizeof a), memcpy((out) + 8, &b, sizeof b);                                     \
     memcpy((out) + 16, &c, sizeof c), memcpy((out) + 24, &d, sizeof d)
 
