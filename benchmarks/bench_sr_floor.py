@@ -1,6 +1,7 @@
 """The floor under stochastic rounding: what the counter hash alone costs, against copy_.
 
     python benchmarks/bench_sr_floor.py [--size 4194304] [--rounds 30] [--threads 2] [--cycles]
+    python benchmarks/bench_sr_floor.py --families [--rounds 9]
 
 Stochastic rounding draws each element's bits from `anynum.rounding.counter_bits` (two
 SplitMix64 finaliser rounds of ``index ^ base``: four 64-bit multiplies per element, three
@@ -19,6 +20,13 @@ adds to copy_ (nearest's time less copy_'s): an SR kernel must draw the bits and
 neighbours the draw chooses between. It is a model, not a bound (the two overlap in a kernel,
 and finding both neighbours can cost more or less than rounding to the nearest one); "case /
 estimate" says how far each kernel sits from it.
+
+``--families`` splits each stochastic case's time, in core cycles per element on one thread with
+the data in L2 (262,144 float32 elements, each call repeated so that the front door's few
+microseconds drop out): its round-to-nearest twin, the case itself, and what the case takes
+beyond the hash alone. Where the case is the hash plus its twin, drawing and deciding run on the
+same vector ports one after the other; on two threads each core does half, so a 4M ratio to
+copy_ is about the case's cycles over copy_'s at 4M (about 1 cycle an element a core here).
 
 Minimum of `--rounds` interleaved rounds (the machine may be shared); ratios from one run.
 """
@@ -80,10 +88,10 @@ uint64_t anynum_bench_hash_only(int64_t n, uint64_t base) { /* the compiler's lo
 
 /* counter_draws, into L1 and back, on indices i * step: step 1 takes the first round from its table,
    any other step the four general chains */
-uint64_t anynum_bench_draws_only(int64_t n, uint64_t base, uint64_t step) {
+uint64_t anynum_bench_draws_only(int64_t n, uint64_t base, uint64_t step, int32_t nbits) {
     uint64_t acc = 0, d[256];
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        counter_draws(d, base, (uint64_t)i0 * step, step, 256, 64);
+        counter_draws(d, base, (uint64_t)i0 * step, step, 256, nbits);
         for (int k = 0; k < 256; k++) acc ^= d[k];
     }
     return acc;
@@ -134,7 +142,7 @@ def _library() -> ctypes.CDLL:
     lib.anynum_bench_floor.restype = None
     lib.anynum_bench_clock.argtypes = [i64]
     lib.anynum_bench_hash_only.argtypes = [i64, ctypes.c_uint64]
-    lib.anynum_bench_draws_only.argtypes = [i64, ctypes.c_uint64, ctypes.c_uint64]
+    lib.anynum_bench_draws_only.argtypes = [i64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32]
     lib.anynum_bench_lanes.argtypes = [i64, ctypes.c_int32]
     lib.anynum_bench_lane_count.restype = ctypes.c_int32
     for f in (lib.anynum_bench_clock, lib.anynum_bench_hash_only, lib.anynum_bench_draws_only,
@@ -189,10 +197,10 @@ def cycles(lib: ctypes.CDLL, size: int, rounds: int) -> None:
         ),
         "hash alone, the compiler's loop over counter_bits": lambda: lib.anynum_bench_hash_only(size, 12345),
         "hash alone, counter_draws, consecutive indices (the first round from a table)": (
-            lambda: lib.anynum_bench_draws_only(size, 12345, 1)
+            lambda: lib.anynum_bench_draws_only(size, 12345, 1, 64)
         ),
         "hash alone, counter_draws, every third index (four general chains)": (
-            lambda: lib.anynum_bench_draws_only(size, 12345, 3)
+            lambda: lib.anynum_bench_draws_only(size, 12345, 3, 64)
         ),
     }
     per = {name: t / size for name, t in _interleaved(parts, rounds).items()}
@@ -213,6 +221,55 @@ def cycles(lib: ctypes.CDLL, size: int, rounds: int) -> None:
     print(f"cycles per {lanes}-lane vector instruction, alone: {alone}")
 
 
+def _stochastic_cases(
+    x: torch.Tensor, out: torch.Tensor
+) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
+    """Every stochastic case of bench_quantize's table and its round-to-nearest twin, as calls that
+    round x into out; and each case's twin by label."""
+    cases: dict[str, Callable[[], object]] = {}
+    twins: dict[str, str] = {}
+    for label, _family, name, mode, rand_bits in CASES:
+        if not mode.startswith("sr"):
+            continue
+        fmt, overflow = case_format(name)
+        cases[label] = lambda f=fmt, m=mode, o=overflow, r=rand_bits: an.quantize(
+            x, f, m, overflow=o, seed=1, rand_bits=r, out=out
+        )
+        twins[label] = f"{name} nearest"
+        cases.setdefault(twins[label], lambda f=fmt, o=overflow: an.quantize(x, f, overflow=o, out=out))
+    return cases, twins
+
+
+def families(lib: ctypes.CDLL, rounds: int, size: int = 262_144) -> None:
+    """One thread, data in L2: each stochastic case, its nearest twin and the hash, in cycles."""
+    torch.set_num_threads(1)
+    n_clock = 20_000_000
+    ghz = 3 * n_clock / _best(lambda: lib.anynum_bench_clock(n_clock), rounds) / 1e9
+    x = torch.randn(size) * 4
+    out = torch.empty_like(x)
+    reps = 8  # calls a timing: the front door's microseconds are a few hundredths of a cycle each
+
+    def repeated(fn: Callable[[], object]) -> Callable[[], object]:
+        return lambda: [fn() for _ in range(reps)]
+
+    parts: dict[str, Callable[[], object]] = {
+        "out.copy_(x)": repeated(lambda: out.copy_(x)),
+        # 31 bits, as the float32 SR loops draw (at most 31 bits skip the hash's last step)
+        "hash": repeated(lambda: lib.anynum_bench_draws_only(size, 12345, 1, 31)),
+    }
+    cases, twins = _stochastic_cases(x, out)
+    parts.update({label: repeated(fn) for label, fn in cases.items()})
+    cyc = {k: t / reps / size * ghz * 1e9 for k, t in _interleaved(parts, rounds).items()}
+    print(f"one thread, {size} float32 elements (in L2), core clock {ghz:.2f} GHz, cycles per element; "
+          f"out.copy_(x) {cyc['out.copy_(x)']:.2f}, "
+          f"the hash alone (counter_draws, 31 bits) {cyc['hash']:.2f}")
+    print("| stochastic case | nearest twin | case | case - hash | (case - hash) / twin |")
+    print("|---|---|---|---|---|")
+    for label, twin in twins.items():
+        rest = cyc[label] - cyc["hash"]
+        print(f"| {label} | {cyc[twin]:.2f} | {cyc[label]:.2f} | {rest:.2f} | {rest / cyc[twin]:.2f} |")
+
+
 def main() -> None:
     library()  # steady state: a first build would otherwise run in the background (eager meanwhile)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -220,10 +277,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cycles", action="store_true", help="one thread: the hash in core cycles, by part")
+    ap.add_argument("--families", action="store_true", help="one thread, in L2: each SR case in cycles")
     args = ap.parse_args()
     lib = _library()
     if args.cycles:
         cycles(lib, args.size, args.rounds)
+        return
+    if args.families:
+        families(lib, args.rounds)
         return
     torch.set_num_threads(args.threads)
     x = torch.randn(args.size) * 4  # as bench_quantize's inputs
@@ -234,16 +295,8 @@ def main() -> None:
         "pool memcpy": lambda: lib.anynum_bench_floor(xp, yp, n, 0, 0, args.threads),
         "floor": lambda: lib.anynum_bench_floor(xp, yp, n, 12345, 1, args.threads),
     }
-    twins: dict[str, str] = {}  # each stochastic case's round-to-nearest twin
-    for label, _family, name, mode, rand_bits in CASES:
-        if not mode.startswith("sr"):
-            continue
-        fmt, overflow = case_format(name)
-        cases[label] = lambda f=fmt, m=mode, o=overflow, r=rand_bits: an.quantize(
-            x, f, m, overflow=o, seed=1, rand_bits=r, out=out
-        )
-        twins[label] = f"{name} nearest"
-        cases.setdefault(twins[label], lambda f=fmt, o=overflow: an.quantize(x, f, overflow=o, out=out))
+    sr_cases, twins = _stochastic_cases(x, out)
+    cases.update(sr_cases)
     best = _interleaved(cases, args.rounds)
     copy, floor = best["out.copy_(x)"], best["floor"]
     print(f"{args.size} float32 elements (randn * 4), {args.threads} threads, "
