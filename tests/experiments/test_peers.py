@@ -74,3 +74,15 @@ def test_the_peers_build_directory_is_guarded(tmp_path: Path, monkeypatch: pytes
     lock.touch()
     with peer_extensions("pychop"):  # no C++ build: nothing touched
         assert lock.exists()
+
+
+def test_nested_use_in_one_process_does_not_wait_on_itself(tmp_path: Path) -> None:
+    done = threading.Event()
+
+    def nested() -> None:
+        with builds_one_at_a_time(str(tmp_path)), builds_one_at_a_time(str(tmp_path)):
+            done.set()
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    assert done.wait(timeout=10)

@@ -12,6 +12,8 @@ from typing import Any
 
 __all__ = ["builds_one_at_a_time", "import_peer", "peer_extensions"]
 
+_HELD: set[str] = set()  # the build roots whose OS lock this process holds
+
 
 @contextlib.contextmanager
 def peer_extensions(module: str) -> Iterator[None]:
@@ -74,6 +76,9 @@ def builds_one_at_a_time(root: str) -> Iterator[None]:
     except ImportError:  # not POSIX: torch's own lock alone
         yield
         return
+    if root in _HELD:  # nested in this process: a second descriptor's flock would wait on the first
+        yield
+        return
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, "anynum.flock"), "a") as held:
         try:
@@ -82,12 +87,14 @@ def builds_one_at_a_time(root: str) -> Iterator[None]:
             print(f"anynum: waiting for another process's build of a peer's extension in {root}",
                   file=sys.stderr, flush=True)
             fcntl.flock(held, fcntl.LOCK_EX)
+        _HELD.add(root)
         try:
             for stale in glob.glob(os.path.join(root, "*", "lock")):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(stale)
             yield
         finally:
+            _HELD.discard(root)
             fcntl.flock(held, fcntl.LOCK_UN)
 
 
