@@ -322,3 +322,39 @@ def test_float_elements_on_the_bits_in_both_kinds_of_chunk(fmt: an.Block, cn) ->
     tiny[41, 100] = -(2.0**-140)  # a float32 subnormal: its quotient underflows (the repair)
     for x in (plain, tiny, plain.to(torch.bfloat16), tiny.to(torch.float64)):
         cn.check(fmt, x)
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [an.MXFP8_E4M3, an.MXFP8_E5M2, an.MXFP4_E2M1, an.NVFP4, an.MXINT8, an.Block(an.E4M3FN, 16)],
+    ids=repr,
+)
+def test_scans_of_sixteen_blocks_at_once(fmt: an.Block, cn) -> None:  # type: ignore[no-untyped-def]
+    """Rows long enough for the scan that reduces 16 blocks together (float32, blocks of 16 and 32)
+    and for the per-block least magnitudes that decide whether a chunk is all normal.
+
+    Each block's largest magnitude sits at a lane of its own and a binade of its own (a lane
+    mixed up between blocks changes a scale); blocks of zeros, NaN and inf occur; one block
+    holds, beside 256 (scale 1 for the float elements), 3 * 2**-10, tiny for E4M3 (whose
+    subnormal step is 2**-9), which the normal branch would keep; rows of 1072 leave three blocks
+    past the first chunk of 1024 to the element-wise scan."""
+    g = torch.Generator().manual_seed(5)
+    bs = fmt.block_size
+    x = torch.randn(4, 1072, generator=g) * 3
+    blocks = x[:, : 1024].view(4, 1024 // bs, bs)
+    nb = blocks.shape[1]
+    blocks[3] = torch.rand(nb, bs, generator=g) * 2.0 ** torch.arange(-nb // 2, nb - nb // 2).unsqueeze(1)
+    blocks[3, torch.arange(nb), torch.arange(nb) % bs] = 1.5 * 2.0 ** torch.arange(-nb // 2, nb - nb // 2)
+    blocks[0, 3] = 0.0
+    blocks[0, 5, :-1] = 0.0
+    blocks[1, 7] = torch.rand(bs, generator=g) + 1.0
+    blocks[1, 7, 0] = 256.0
+    blocks[1, 7, 13] = 3 * 2.0**-10
+    blocks[2, 2, bs - 1] = float("nan")
+    blocks[2, nb - 1, 0] = float("inf")
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        try:
+            check_representable(fmt, dtype)
+        except an.AnynumError:
+            continue
+        cn.check(fmt, x.to(dtype))

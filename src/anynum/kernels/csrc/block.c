@@ -5,13 +5,6 @@
  * undecided elements, or with results past the dtype's max, are redone by the router's next kernel.
  */
 
-static double bits_value(uint64_t bits, int tdt) {
-    if (tdt == T_F16) return (double)half_to_float((uint16_t)bits);
-    if (tdt == T_BF16) return (double)bf16_to_float((uint16_t)bits);
-    if (tdt == T_F32) return (double)f32_from((uint32_t)bits);
-    return f64_from(bits);
-}
-
 /* shared exponent of a block from its amax (kernels.block._pow2_exponents, exact floor(log2)),
    in float64 whatever the working type: amax converts exactly, and so does every constant. */
 static int block_exponent(double amax, const any_block *b) {
@@ -182,8 +175,19 @@ static int block_kind(const any_call *c, int use_inv) {
     return c->b.rcp && c->wdt ? BK_RCP : BK_DIV;
 }
 
+/* Whether the element loop of a chunk takes each block's least nonzero magnitude (blocks_amax's
+   least) for its test of a chunk whose quotients are all normal, instead of a pass over the
+   elements: float elements rounded on the bits, with power-of-two scales, in whole groups, where
+   chunk() does not take the threshold paths. */
+static int block_wants_least(const any_call *c, int64_t bs) {
+    const any_block *b = &c->b;
+    return b->elem_family == F_FLOAT && b->ef.on_bits && b->pow2 && bs % BLOCK_G == 0 &&
+           !(b->nthr > 0 && c->tdt == T_F32);
+}
+
 static void chunk(const block_job *j, int64_t off, int64_t n, int64_t bs, const double *sc, const double *iv,
-                  const int *bad, const int32_t *key, int use_inv, uint64_t idx0, int64_t *und) {
+                  const int *bad, const int32_t *key, int use_inv, uint64_t idx0, const uint64_t *least,
+                  int64_t *und) {
     size_t ts = any_tsize[j->c->tdt];
     const char *x = j->x + off * (int64_t)ts;
     char *y = j->y + off * (int64_t)ts;
@@ -193,8 +197,8 @@ static void chunk(const block_job *j, int64_t off, int64_t n, int64_t bs, const 
                    und);
     else if (j->c->b.nthr > 0 && j->c->tdt == T_F32 && (bs % BLOCK_G == 0 || n <= bs))
         thresh_chunk(j->c, (const float *)x, (float *)y, n, bs, sc, bad, key ? j->tab : NULL, key);
-    else if (j->c->wdt) block_chunk_f64(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
-    else block_chunk_f32(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, und);
+    else if (j->c->wdt) block_chunk_f64(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, least, und);
+    else block_chunk_f32(j->c, x, y, n, bs, sc, iv, bad, kind, j->base, idx0, least, und);
     if (j->c->b.sat_dtype && x != y && !below_dtype_max(j->c, n, bs, sc, bad))
         *und += count_overflow(x, y, j->c->tdt, n);
 }
@@ -204,7 +208,7 @@ static void long_block(const block_job *j, int64_t off, int64_t n, uint64_t idx0
                        double iv, int64_t *und) {
     for (int64_t o = 0; o < n; o += BLOCK_CHUNK) {
         int64_t m = n - o < BLOCK_CHUNK ? n - o : BLOCK_CHUNK;
-        chunk(j, off + o, m, m, &sc, &iv, &bad, NULL, iv != 0.0, idx0 + (uint64_t)o, und);
+        chunk(j, off + o, m, m, &sc, &iv, &bad, NULL, iv != 0.0, idx0 + (uint64_t)o, NULL, und);
     }
 }
 
@@ -218,6 +222,7 @@ static void blocks_task(void *ctx, int part, int parts) {
     int64_t g = j->blocks * part / parts, g1 = j->blocks * (part + 1) / parts;
     double sc[BLOCK_CHUNK], iv[BLOCK_CHUNK];
     int bad[BLOCK_CHUNK];
+    const int want_least = block_wants_least(j->c, bs);
     while (g < g1) {
         int64_t row = g / j->nblocks, blk = g % j->nblocks, start = blk * bs;
         int64_t off = row * j->len + start;
@@ -236,16 +241,17 @@ static void blocks_task(void *ctx, int part, int parts) {
         nb = nb < g1 - g ? nb : g1 - g;
         int64_t n = nb * bs < j->len - start ? nb * bs : j->len - start;
         int use_inv = 1;
-        uint64_t bits[BLOCK_CHUNK];
+        uint64_t bits[BLOCK_CHUNK], least_bits[BLOCK_CHUNK];
         int32_t key[BLOCK_CHUNK];
+        uint64_t *least = want_least && !j->bam ? least_bits : NULL;
         if (j->bam)
             for (int64_t b = 0; b < nb; b++) bits[b] = j->bam[g + b];
         else
-            blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
+            blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits, least);
         blocks_scales(j, bits, nb, sc, iv, bad, key);
         if (j->c->b.pow2)
             for (int64_t b = 0; b < nb; b++) use_inv &= iv[b] != 0.0;
-        chunk(j, off, n, bs, sc, iv, bad, j->tab ? key : NULL, use_inv, idx0, und);
+        chunk(j, off, n, bs, sc, iv, bad, j->tab ? key : NULL, use_inv, idx0, least, und);
         g += nb;
     }
 }
@@ -270,7 +276,7 @@ static void bamax_task(void *ctx, int part, int parts) {
         int64_t n = nb * bs < j->len - start ? nb * bs : j->len - start;
         uint64_t bits[BLOCK_CHUNK];
         int any_bad = 0;
-        blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits);
+        blocks_amax(j->x + off * (int64_t)ts, tdt, n, bs, bits, NULL);
         for (int64_t b = 0; b < nb; b++) { /* the arithmetic mask of amax_bits: this vectorises */
             const uint64_t u = bits[b], ok = (uint64_t)0 - (uint64_t)(u < inf);
             j->bam[g + b] = (uint32_t)u;

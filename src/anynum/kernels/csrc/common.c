@@ -63,6 +63,14 @@ ANY_INLINE uint16_t float_to_half(float f) {
 
 ANY_INLINE float bf16_to_float(uint16_t h) { return f32_from((uint32_t)h << 16); }
 
+/* the value of a dtype's bits (T_F16 .. T_F64), exact in float64 */
+static double bits_value(uint64_t bits, int tdt) {
+    if (tdt == T_F16) return (double)half_to_float((uint16_t)bits);
+    if (tdt == T_BF16) return (double)bf16_to_float((uint16_t)bits);
+    if (tdt == T_F32) return (double)f32_from((uint32_t)bits);
+    return f64_from(bits);
+}
+
 ANY_INLINE uint16_t float_to_bf16(float f) {
     uint32_t u = f32_bits(f);
     uint32_t r = (u + (((u >> 16) & 1u) + 0x7FFFu)) >> 16;

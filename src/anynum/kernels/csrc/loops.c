@@ -338,8 +338,8 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
    element with per-element copies of the block values (eb, from `first` on), dividing. */
 #define BLOCK_LOOP(NAME, M, CONSTS, KTYPE, ROUND, NROUND, SHORT, NORMAL_MIN)                         \
     static void SFX(NAME)(const W *xs, W *ys, int64_t n, int64_t bs, const W *scale, const W *inv,   \
-                          const W *badmul, int kind, const any_call *c, uint64_t base, uint64_t idx0,\
-                          int64_t *und) {                                                            \
+                          const W *badmul, const W *least, int kind, const any_call *c,              \
+                          uint64_t base, uint64_t idx0, int64_t *und) {                              \
         const KTYPE k = CONSTS;                                                                      \
         const int rbits = c->rand_bits;                                                              \
         const double two_r = c->two_r;                                                               \
@@ -357,28 +357,40 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
         /* float elements on the bits (SHORT, the bits dropped, nonzero): a chunk of groups whose    \
            quotients are all zero or at least the element's smallest normal rounds them all on       \
            float_bits' normal branch (NROUND), where exact SR decides on the draw's top SHORT bits.  \
-           The test, on the bits, gathers flags by lane (as cv counts) and tests them once: GCC      \
-           leaves a reduction or a branch in a group this short scalar. The repair only makes a      \
-           zero q of a nonzero x nonzero, so a nonzero x with q below the smallest normal is tiny. */ \
+           The repair only makes a zero q of a nonzero x nonzero, so a nonzero x with q below the     \
+           smallest normal is tiny. Where the scan of the blocks found each one's least nonzero      \
+           magnitude (least: 0 for a block of zeros), that one's quotient decides for its block:     \
+           x -> x * 2**-k is monotone in |x|, so no quotient of the block lies below the least's. The \
+           test then counts every block of the chunk, the elements past the groups too, which only   \
+           sends a chunk to the general branch more often (both give the same bits). Otherwise the  \
+           elements are tested, on the bits, with flags gathered by lane (as cv counts) and tested   \
+           once: GCC leaves a reduction or a branch in a group this short scalar. */                  \
         int normal = 0;                                                                              \
         if (SHORT && grouped && (kind == BK_INV || kind == BK_INV_FIX)) {                            \
             const WU sign_bit = (WU)1 << (8 * sizeof(W) - 1);                                        \
             const WU normal_bits = SFX(bits)(NORMAL_MIN);                                            \
-            WU tf[BLOCK_G] = {0};                                                                    \
-            for (int64_t g = 0, b = 0, left = gpb; g < ng; g++) {                                    \
-                const W iw = inv[b];                                                                 \
-                for (int j = 0; j < BLOCK_G; j++) {                                                  \
-                    const W x = xs[g * BLOCK_G + j], q = x * iw;                                     \
-                    const WU aq = SFX(bits)(q) & ~sign_bit, ax = SFX(bits)(x) & ~sign_bit;           \
-                    tf[j] |= (WU)((aq < normal_bits) & (ax != 0));                                   \
-                }                                                                                    \
-                if (--left == 0) {                                                                   \
-                    b++;                                                                             \
-                    left = gpb;                                                                      \
-                }                                                                                    \
-            }                                                                                        \
             WU any = 0;                                                                              \
-            for (int j = 0; j < BLOCK_G; j++) any |= tf[j];                                          \
+            if (least) {                                                                             \
+                for (int64_t b = 0, nb = (n + bs - 1) / bs; b < nb; b++) {                           \
+                    const WU aq = SFX(bits)(least[b] * inv[b]) & ~sign_bit;                          \
+                    any |= (WU)((aq < normal_bits) & (least[b] != 0));                               \
+                }                                                                                    \
+            } else {                                                                                 \
+                WU tf[BLOCK_G] = {0};                                                                \
+                for (int64_t g = 0, b = 0, left = gpb; g < ng; g++) {                                \
+                    const W iw = inv[b];                                                             \
+                    for (int j = 0; j < BLOCK_G; j++) {                                              \
+                        const W x = xs[g * BLOCK_G + j], q = x * iw;                                 \
+                        const WU aq = SFX(bits)(q) & ~sign_bit, ax = SFX(bits)(x) & ~sign_bit;       \
+                        tf[j] |= (WU)((aq < normal_bits) & (ax != 0));                               \
+                    }                                                                                \
+                    if (--left == 0) {                                                               \
+                        b++;                                                                         \
+                        left = gpb;                                                                  \
+                    }                                                                                \
+                }                                                                                    \
+                for (int j = 0; j < BLOCK_G; j++) any |= tf[j];                                      \
+            }                                                                                        \
             normal = any == 0;                                                                       \
         }                                                                                            \
         /* the chunk's bits, drawn first in the stochastic modes (SHORT of them for NROUND's SR) */  \
@@ -439,8 +451,8 @@ BLOCK_LOOPS(7)
 BLOCK_LOOPS(8)
 BLOCK_LOOPS(9)
 
-typedef void (*SFX(block_loop))(const W *, W *, int64_t, int64_t, const W *, const W *, const W *, int,
-                                 const any_call *, uint64_t, uint64_t, int64_t *);
+typedef void (*SFX(block_loop))(const W *, W *, int64_t, int64_t, const W *, const W *, const W *, const W *,
+                                 int, const any_call *, uint64_t, uint64_t, int64_t *);
 
 /* [variant][mode]: float element any / recip, uniform element clamp / wrap, float element on the bits */
 static const SFX(block_loop) SFX(block_loops)[5][M_COUNT] = {
@@ -454,25 +466,27 @@ static const SFX(block_loop) SFX(block_loops)[5][M_COUNT] = {
    indices idx0 + i. Staged through the working type when the dtypes differ. */
 static void SFX(block_chunk)(const any_call *c, const char *x, char *y, int64_t n, int64_t bs,
                              const double *sc, const double *iv, const int *bad, int kind,
-                             uint64_t base, uint64_t idx0, int64_t *und) {
-    W scale[BLOCK_CHUNK], inv[BLOCK_CHUNK], badmul[BLOCK_CHUNK], buf[BLOCK_CHUNK];
+                             uint64_t base, uint64_t idx0, const uint64_t *least, int64_t *und) {
+    W scale[BLOCK_CHUNK], inv[BLOCK_CHUNK], badmul[BLOCK_CHUNK], buf[BLOCK_CHUNK], lq[BLOCK_CHUNK];
     const int64_t nb = (n + bs - 1) / bs;
     for (int64_t b = 0; b < nb; b++) {
         scale[b] = (W)sc[b];
         inv[b] = (W)iv[b];
         badmul[b] = bad[b] ? (W)NAN : (W)1;
     }
+    if (least) /* magnitudes of c->tdt as bits: W holds each exactly */
+        for (int64_t b = 0; b < nb; b++) lq[b] = (W)bits_value(least[b], c->tdt);
     const any_block *blk = &c->b;
     int variant = blk->elem_family != F_FLOAT ? 2 + blk->eu.wrap
                   : blk->ef.on_bits          ? 4
                                              : blk->ef.common && blk->ef.recip;
     SFX(block_loop) loop = SFX(block_loops)[variant][c->mode];
     if (c->tdt == (sizeof(W) == 4 ? T_F32 : T_F64)) {
-        loop((const W *)x, (W *)y, n, bs, scale, inv, badmul, kind, c, base, idx0, und);
+        loop((const W *)x, (W *)y, n, bs, scale, inv, badmul, least ? lq : NULL, kind, c, base, idx0, und);
         return;
     }
     SFX(load)(x, c->tdt, buf, n);
-    loop(buf, buf, n, bs, scale, inv, badmul, kind, c, base, idx0, und);
+    loop(buf, buf, n, bs, scale, inv, badmul, least ? lq : NULL, kind, c, base, idx0, und);
     SFX(store)(buf, y, c->tdt, n);
 }
 
