@@ -358,13 +358,10 @@ ANY_INLINE W SFX(rcp_div)(W x, W s, W iv) {
            quotients are all zero or at least the element's smallest normal rounds them all on       \
            float_bits' normal branch (NROUND), where exact SR decides on the draw's top SHORT bits.  \
            The repair only makes a zero q of a nonzero x nonzero, so a nonzero x with q below the     \
-           smallest normal is tiny. Where the scan of the blocks found each one's least nonzero      \
-           magnitude (least: 0 for a block of zeros), that one's quotient decides for its block:     \
-           x -> x * 2**-k is monotone in |x|, so no quotient of the block lies below the least's. The \
-           test then counts every block of the chunk, the elements past the groups too, which only   \
-           sends a chunk to the general branch more often (both give the same bits). Otherwise the  \
-           elements are tested, on the bits, with flags gathered by lane (as cv counts) and tested   \
-           once: GCC leaves a reduction or a branch in a group this short scalar. */                  \
+           smallest normal is tiny. Given each block's least nonzero magnitude (least, 0 for none),  \
+           its quotient decides for the block (x -> x * 2**-k is monotone in |x|); every block of    \
+           the chunk counts, which can only send it to the general branch (the same bits). Else the \
+           elements are tested, flags gathered by lane (GCC leaves a short reduction scalar). */     \
         int normal = 0;                                                                              \
         if (SHORT && grouped && (kind == BK_INV || kind == BK_INV_FIX)) {                            \
             const WU sign_bit = (WU)1 << (8 * sizeof(W) - 1);                                        \
