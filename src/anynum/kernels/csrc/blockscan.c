@@ -74,9 +74,9 @@ ANY_INLINE void blocks_amax_bs(const char *x, int tdt, int64_t n, const int64_t 
 #define SCAN_L2(MAX, a, b) SCAN_OP(MAX, _mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD))
 #define SCAN_L3(MAX, a, b) SCAN_OP(MAX, _mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b))
 
-/* A block's vector of largest magnitudes (mx) and, with LEAST, of least nonzero ones (ln, as a - 1,
-   wrapping, so that zero is past every magnitude), lane by lane: its 16 magnitudes (BS = 16), or
-   the larger and the smaller of each pair (BS = 32). */
+/* A block's vector of largest magnitudes (mx) and of least nonzero ones (ln, as a - 1, wrapping,
+   so that zero is past every magnitude), lane by lane: its 16 magnitudes (BS = 16), or the larger
+   and the smaller of each pair (BS = 32). Where ln is not stored, the compiler drops it. */
 typedef struct {
     __m512i mx, ln;
 } scan_lanes;
@@ -94,11 +94,11 @@ ANY_INLINE scan_lanes block_lanes(const uint32_t *p, const int BS) {
     return r;
 }
 
-/* one level of lanes_reduce16 on both halves (the least only with LEAST: else it is dead) */
+/* one level of lanes_reduce16 on both halves */
 #define SCAN_PAIR(LEVEL, a, b) ((scan_lanes){LEVEL(1, (a).mx, (b).mx), LEVEL(0, (a).ln, (b).ln)})
 
 /* Lane j: the largest magnitude of block j (of the 16 at p), and its least nonzero one (0 for a
-   block of zeros) with LEAST. The 16 vectors reduce together, halving their count at each level:
+   block of zeros). The 16 vectors reduce together, halving their count at each level:
    48 operations for each, where one vector at a time takes 8 for each. Written out, so that the
    vectors stay in registers. */
 ANY_INLINE scan_lanes lanes_reduce16(const uint32_t *p, const int BS) {
